@@ -1,0 +1,228 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/gpuplane/gpuplane/internal/approval"
+	"github.com/gpuplane/gpuplane/internal/audit"
+	"github.com/gpuplane/gpuplane/internal/identity"
+	"github.com/gpuplane/gpuplane/internal/quota"
+	"github.com/gpuplane/gpuplane/internal/server"
+	"github.com/gpuplane/gpuplane/internal/store"
+	"github.com/gpuplane/gpuplane/internal/tenancy"
+)
+
+// Options are the parts tests and dev mode inject instead of building
+// from configuration.
+type Options struct {
+	Logger *slog.Logger
+	// Capacity overrides the static capacity from configuration.
+	Capacity tenancy.CapacitySource
+	// OIDCCACert overrides OIDCCAFile (dev issuer with its own CA).
+	OIDCCACert []byte
+	// Now overrides the clock (expiry tests).
+	Now func() time.Time
+}
+
+// App is a built, listening gpuplane server.
+type App struct {
+	cfg      Config
+	log      *slog.Logger
+	pool     *pgxpool.Pool
+	server   *server.Server
+	Approval *approval.Service
+	Tenancy  *tenancy.Service
+	closers  []func()
+}
+
+// NewLogger builds the slog logger the configuration asks for.
+func NewLogger(cfg Config) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if strings.EqualFold(cfg.LogFormat, "text") {
+		return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+}
+
+// New builds everything in dependency order and listens; nothing serves
+// until Run. On error, what was built is closed again.
+func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
+	a := &App{cfg: cfg, log: opts.Logger}
+	if a.log == nil {
+		a.log = NewLogger(cfg)
+	}
+	defer func() {
+		if err != nil {
+			a.close()
+		}
+	}()
+	if cfg.DatabaseURL == "" {
+		return nil, errors.New("database URL is required (--database-url or DATABASE_URL)")
+	}
+	a.pool, err = store.Open(ctx, cfg.DatabaseURL, int32(cfg.DatabaseMaxConns))
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	a.closers = append(a.closers, a.pool.Close)
+
+	caPEM := opts.OIDCCACert
+	if caPEM == nil && cfg.OIDCCAFile != "" {
+		if caPEM, err = os.ReadFile(cfg.OIDCCAFile); err != nil {
+			return nil, fmt.Errorf("read OIDC CA file: %w", err)
+		}
+	}
+	if cfg.OIDCIssuerURL == "" {
+		return nil, errors.New("OIDC issuer URL is required (--oidc-issuer-url)")
+	}
+	verifier, err := identity.NewVerifier(ctx, identity.VerifierConfig{
+		IssuerURL: cfg.OIDCIssuerURL, ClientID: cfg.OIDCClientID, UsernameClaim: cfg.OIDCUsernameClaim,
+		GroupsClaim: cfg.OIDCGroupsClaim, CACertPEM: caPEM,
+		Logf: func(format string, args ...any) { a.log.Info(fmt.Sprintf(format, args...)) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("OIDC: %w", err)
+	}
+
+	capacity := opts.Capacity
+	if capacity == nil {
+		var v []string
+		var c quota.Resources
+		if c.GPU, err = quota.ParseGPU(cfg.CapacityGPU); err != nil {
+			v = append(v, "capacity-gpu: "+err.Error())
+		}
+		if c.CPUMillis, err = quota.ParseCPU(cfg.CapacityCPU); err != nil {
+			v = append(v, "capacity-cpu: "+err.Error())
+		}
+		if c.MemoryBytes, err = quota.ParseMemory(cfg.CapacityMemory); err != nil {
+			v = append(v, "capacity-memory: "+err.Error())
+		}
+		if len(v) > 0 {
+			return nil, fmt.Errorf("invalid configuration: %s", strings.Join(v, "; "))
+		}
+		capacity = tenancy.StaticCapacity(c)
+	}
+	if _, err := quota.ClusterCapacity(quota.Resources{}, cfg.Overcommit); err != nil {
+		return nil, fmt.Errorf("invalid configuration: overcommit: %w", err)
+	}
+
+	a.Tenancy = &tenancy.Service{
+		Pool: a.pool, PlatformAdminGroup: cfg.AdminGroups(), Capacity: capacity, Overcommit: cfg.Overcommit,
+		CorrelationID: server.RequestIDFrom,
+	}
+	a.Approval = &approval.Service{
+		Tenancy: a.Tenancy, DefaultKubernetesVersion: cfg.DefaultKubernetesVersion,
+		DefaultChartVersion: cfg.DefaultChartVersion, Log: a.log, Now: opts.Now,
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.server, err = server.New(ctx, server.Config{
+		GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Logger: a.log, Auth: verifier, Registry: reg,
+		Ready: a.ready,
+		Services: server.Services{
+			Departments:    &tenancy.Departments{Service: a.Tenancy},
+			Teams:          &tenancy.Teams{Service: a.Tenancy},
+			Members:        &tenancy.Members{Service: a.Tenancy},
+			Identity:       &tenancy.Identity{Service: a.Tenancy},
+			Audit:          &audit.Reader{Pool: a.pool, Access: a.Tenancy.Access},
+			VirtualCluster: &approval.VirtualClusters{Service: a.Approval},
+			Requests:       &approval.Requests{Service: a.Approval},
+			Policies:       &approval.Policies{Service: a.Approval},
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// ready: database reachable and schema at the version this binary embeds.
+func (a *App) ready(ctx context.Context) error {
+	current, latest, dirty, err := store.SchemaStatus(ctx, a.pool)
+	if err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	if dirty {
+		return fmt.Errorf("schema version %d is dirty (a migration failed half-way); fix it and run 'gpuplane migrate'", current)
+	}
+	if current < latest {
+		return fmt.Errorf("schema is at version %d, this server needs %d; run 'gpuplane migrate up'", current, latest)
+	}
+	return nil
+}
+
+// GRPCAddr and HTTPAddr are the bound addresses.
+func (a *App) GRPCAddr() string { return a.server.GRPCAddr() }
+func (a *App) HTTPAddr() string { return a.server.HTTPAddr() }
+
+// Pool is the database pool (tests and dev seeding).
+func (a *App) Pool() *pgxpool.Pool { return a.pool }
+
+// Run serves until ctx ends, then stops gracefully within the configured
+// deadline and closes everything in reverse order.
+func (a *App) Run(ctx context.Context) error {
+	defer a.close()
+	errc := make(chan error, 1)
+	go func() { errc <- a.server.Serve() }()
+	if a.cfg.ExpiryInterval > 0 {
+		go a.expiryLoop(ctx)
+	}
+	a.log.Info("gpuplane serving", "grpc", a.GRPCAddr(), "http", a.HTTPAddr())
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	a.log.Info("shutting down", "deadline", a.cfg.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+	defer cancel()
+	err := a.server.Shutdown(sctx)
+	if serr := <-errc; err == nil {
+		err = serr
+	}
+	return err
+}
+
+func (a *App) expiryLoop(ctx context.Context) {
+	t := time.NewTicker(a.cfg.ExpiryInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n, err := a.Approval.ExpireVirtualClusters(ctx); err != nil && ctx.Err() == nil {
+				a.log.Warn("expiry sweep failed", "error", err)
+			} else if n > 0 {
+				a.log.Info("expired virtual clusters scheduled for deletion", "count", n)
+			}
+		}
+	}
+}
+
+func (a *App) close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
+	}
+	a.closers = nil
+}
+
+// Run is New followed by Run.
+func Run(ctx context.Context, cfg Config, opts Options) error {
+	a, err := New(ctx, cfg, opts)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}

@@ -1,0 +1,190 @@
+// Package app holds the one configuration struct and Run, which builds
+// every component in order and stops them in reverse.
+package app
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is every setting of the server. Each field is a flag and an
+// environment variable (GPUPLANE_ + the flag name upper-cased, '-' -> '_');
+// flags win over the environment.
+type Config struct {
+	GRPCAddr string `flag:"grpc-addr" help:"gRPC listen address"`
+	HTTPAddr string `flag:"http-addr" help:"HTTP (REST gateway, health, metrics, OpenAPI) listen address"`
+
+	DatabaseURL      string `flag:"database-url" env:"DATABASE_URL" secret:"true" help:"PostgreSQL URL (postgres://user:pass@host/db)"`
+	DatabaseMaxConns int    `flag:"database-max-conns" help:"PostgreSQL pool size"`
+
+	OIDCIssuerURL     string `flag:"oidc-issuer-url" help:"OIDC issuer URL (exactly as in its discovery document)"`
+	OIDCClientID      string `flag:"oidc-client-id" help:"OIDC client id; tokens must carry it in aud"`
+	OIDCUsernameClaim string `flag:"oidc-username-claim" help:"token claim used as the user name (matches Member.user)"`
+	OIDCGroupsClaim   string `flag:"oidc-groups-claim" help:"token claim holding the user's groups"`
+	OIDCCAFile        string `flag:"oidc-ca-file" help:"PEM CA bundle to trust for the issuer (optional)"`
+
+	PlatformAdminGroups string `flag:"platform-admin-groups" help:"comma-separated OIDC groups whose members are platform admins"`
+
+	CapacityGPU    string  `flag:"capacity-gpu" help:"static host capacity: GPUs (used until the worker reads nodes)"`
+	CapacityCPU    string  `flag:"capacity-cpu" help:"static host capacity: CPU (e.g. 256 or 500m)"`
+	CapacityMemory string  `flag:"capacity-memory" help:"static host capacity: memory (e.g. 2Ti)"`
+	Overcommit     float64 `flag:"overcommit" help:"sum of department budgets may reach host capacity x this ratio"`
+
+	DefaultKubernetesVersion string `flag:"default-kubernetes-version" help:"virtual cluster Kubernetes version when a request names none"`
+	DefaultChartVersion      string `flag:"default-chart-version" help:"vCluster chart version when a request names none"`
+
+	ExpiryInterval  time.Duration `flag:"expiry-interval" help:"how often expired virtual clusters get delete requests (0 = never)"`
+	ShutdownTimeout time.Duration `flag:"shutdown-timeout" help:"graceful stop deadline"`
+	LogFormat       string        `flag:"log-format" help:"text or json"`
+	LogLevel        string        `flag:"log-level" help:"debug, info, warn or error"`
+}
+
+// Defaults are the embedded defaults.
+func Defaults() Config {
+	return Config{
+		GRPCAddr:                 ":9090",
+		HTTPAddr:                 ":8080",
+		DatabaseMaxConns:         20,
+		OIDCClientID:             "gpuplane",
+		OIDCUsernameClaim:        "email",
+		OIDCGroupsClaim:          "groups",
+		PlatformAdminGroups:      "platform-admins",
+		CapacityGPU:              "0",
+		CapacityCPU:              "0",
+		CapacityMemory:           "0",
+		Overcommit:               1.0,
+		DefaultKubernetesVersion: "v1.31.1",
+		DefaultChartVersion:      "0.20.0",
+		ExpiryInterval:           time.Minute,
+		ShutdownTimeout:          20 * time.Second,
+		LogFormat:                "json",
+		LogLevel:                 "info",
+	}
+}
+
+// Bind registers every field on fs with its current value (from env when
+// set) as the default.
+func (c *Config) Bind(fs *flag.FlagSet) error {
+	v := reflect.ValueOf(c).Elem()
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name := f.Tag.Get("flag")
+		env := f.Tag.Get("env")
+		if env == "" {
+			env = "GPUPLANE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		}
+		help := f.Tag.Get("help") + " (env " + env + ")"
+		fv := v.Field(i)
+		if s, ok := os.LookupEnv(env); ok {
+			if err := setField(fv, s); err != nil {
+				return fmt.Errorf("%s: %w", env, err)
+			}
+		}
+		switch p := fv.Addr().Interface().(type) {
+		case *string:
+			fs.StringVar(p, name, *p, help)
+		case *int:
+			fs.IntVar(p, name, *p, help)
+		case *float64:
+			fs.Float64Var(p, name, *p, help)
+		case *time.Duration:
+			fs.DurationVar(p, name, *p, help)
+		case *bool:
+			fs.BoolVar(p, name, *p, help)
+		default:
+			return fmt.Errorf("config field %s: unsupported type", f.Name)
+		}
+	}
+	return nil
+}
+
+func setField(fv reflect.Value, s string) error {
+	switch p := fv.Addr().Interface().(type) {
+	case *string:
+		*p = s
+	case *int:
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return err
+		}
+		*p = n
+	case *float64:
+		n, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return err
+		}
+		*p = n
+	case *time.Duration:
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return err
+		}
+		*p = d
+	case *bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return err
+		}
+		*p = b
+	}
+	return nil
+}
+
+// Print writes the resolved configuration with secrets redacted: passwords
+// inside URLs become "REDACTED", fields marked secret never appear raw.
+func (c Config) Print(w io.Writer) {
+	v := reflect.ValueOf(c)
+	t := v.Type()
+	fmt.Fprintln(w, "gpuplane configuration:")
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		val := fmt.Sprint(v.Field(i).Interface())
+		if f.Tag.Get("secret") == "true" {
+			val = RedactURL(val)
+		}
+		fmt.Fprintf(w, "  %-28s %s\n", f.Tag.Get("flag"), val)
+	}
+}
+
+// RedactURL hides the password of a URL (and any password= parameter).
+func RedactURL(s string) string {
+	if s == "" {
+		return ""
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "REDACTED"
+	}
+	if u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "REDACTED")
+		}
+	}
+	q := u.Query()
+	for k := range q {
+		if strings.Contains(strings.ToLower(k), "password") {
+			q.Set(k, "REDACTED")
+		}
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// AdminGroups splits PlatformAdminGroups.
+func (c Config) AdminGroups() []string {
+	var out []string
+	for _, g := range strings.Split(c.PlatformAdminGroups, ",") {
+		if g = strings.TrimSpace(g); g != "" {
+			out = append(out, g)
+		}
+	}
+	return out
+}

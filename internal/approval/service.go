@@ -1,0 +1,59 @@
+package approval
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gpuplane/gpuplane/internal/policy"
+	"github.com/gpuplane/gpuplane/internal/tenancy"
+)
+
+// Service holds what requests, policies and virtual clusters share.
+type Service struct {
+	Tenancy                  *tenancy.Service
+	DefaultKubernetesVersion string
+	DefaultChartVersion      string
+	Log                      *slog.Logger
+	Now                      func() time.Time
+
+	mu       sync.Mutex
+	programs map[string]compiled // policy id -> program at a version
+}
+
+type compiled struct {
+	version int64
+	prg     *policy.Program
+}
+
+func (s *Service) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+func (s *Service) log() *slog.Logger {
+	if s.Log != nil {
+		return s.Log
+	}
+	return slog.Default()
+}
+
+// program compiles a policy once per version.
+func (s *Service) program(id string, version int64, expr string) (*policy.Program, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.programs[id]; ok && c.version == version {
+		return c.prg, nil
+	}
+	prg, err := policy.Compile(expr)
+	if err != nil {
+		return nil, err
+	}
+	if s.programs == nil {
+		s.programs = map[string]compiled{}
+	}
+	s.programs[id] = compiled{version: version, prg: prg}
+	return prg, nil
+}

@@ -1,0 +1,213 @@
+// Package errs is the domain error vocabulary. Domain packages return these;
+// internal/server is the one place that turns them into gRPC statuses with
+// ErrorInfo and BadRequest details. Nothing here imports gRPC.
+package errs
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Kind says what went wrong in terms a caller can act on. It maps 1:1 to a
+// gRPC code in internal/server.
+type Kind int
+
+const (
+	KindUnknown Kind = iota
+	KindInvalidArgument
+	KindNotFound
+	KindAlreadyExists
+	KindPermissionDenied
+	KindUnauthenticated
+	KindFailedPrecondition
+	KindAborted // optimistic concurrency (stale etag)
+	KindUnavailable
+	KindResourceExhausted
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindInvalidArgument:
+		return "invalid argument"
+	case KindNotFound:
+		return "not found"
+	case KindAlreadyExists:
+		return "already exists"
+	case KindPermissionDenied:
+		return "permission denied"
+	case KindUnauthenticated:
+		return "unauthenticated"
+	case KindFailedPrecondition:
+		return "failed precondition"
+	case KindAborted:
+		return "aborted"
+	case KindUnavailable:
+		return "unavailable"
+	case KindResourceExhausted:
+		return "resource exhausted"
+	}
+	return "unknown"
+}
+
+// Stable machine-readable reasons carried in google.rpc.ErrorInfo.reason.
+const (
+	ReasonInvalidField      = "INVALID_FIELD"
+	ReasonNotFound          = "NOT_FOUND"
+	ReasonAlreadyExists     = "ALREADY_EXISTS"
+	ReasonEtagMismatch      = "ETAG_MISMATCH"
+	ReasonPermissionDenied  = "PERMISSION_DENIED"
+	ReasonUnauthenticated   = "UNAUTHENTICATED"
+	ReasonQuotaExceeded     = "QUOTA_EXCEEDED"
+	ReasonBelowAllocation   = "BELOW_ALLOCATION"
+	ReasonInvalidTransition = "INVALID_STATE_TRANSITION"
+	ReasonHasChildren       = "HAS_DEPENDENTS"
+	ReasonRequestIDReused   = "REQUEST_ID_REUSED"
+	ReasonInvalidPageToken  = "INVALID_PAGE_TOKEN"
+	ReasonInvalidFilter     = "INVALID_FILTER"
+	ReasonTierViolation     = "ISOLATION_TIER_VIOLATION"
+	ReasonInvalidPolicy     = "INVALID_POLICY"
+	ReasonSchemaBehind      = "SCHEMA_BEHIND"
+	ReasonInternal          = "INTERNAL"
+)
+
+// FieldViolation names one bad field, using the proto field path
+// (e.g. "department.quota_budget.gpu").
+type FieldViolation struct {
+	Field       string
+	Description string
+}
+
+// Error is a domain error.
+type Error struct {
+	Kind       Kind
+	Reason     string
+	Message    string
+	Metadata   map[string]string
+	Violations []FieldViolation
+	cause      error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Message)
+	for i, v := range e.Violations {
+		if i == 0 && e.Message != "" {
+			b.WriteString(": ")
+		} else if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s: %s", v.Field, v.Description)
+	}
+	if e.cause != nil {
+		fmt.Fprintf(&b, ": %v", e.cause)
+	}
+	return b.String()
+}
+
+func (e *Error) Unwrap() error { return e.cause }
+
+// New builds an error of the given kind and reason.
+func New(kind Kind, reason, format string, args ...any) *Error {
+	return &Error{Kind: kind, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// Wrap keeps cause for logs; the cause text is not shown to callers.
+func Wrap(cause error, kind Kind, reason, format string, args ...any) *Error {
+	e := New(kind, reason, format, args...)
+	e.cause = cause
+	return e
+}
+
+// With adds ErrorInfo metadata and returns e for chaining.
+func (e *Error) With(key, value string) *Error {
+	if e.Metadata == nil {
+		e.Metadata = map[string]string{}
+	}
+	e.Metadata[key] = value
+	return e
+}
+
+// PublicMessage is the text shown to callers (no wrapped cause).
+func (e *Error) PublicMessage() string {
+	c := *e
+	c.cause = nil
+	return c.Error()
+}
+
+// SortedMetadataKeys is a helper for deterministic rendering.
+func (e *Error) SortedMetadataKeys() []string {
+	keys := make([]string, 0, len(e.Metadata))
+	for k := range e.Metadata {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func NotFound(resource string) *Error {
+	return New(KindNotFound, ReasonNotFound, "%s not found", resource).With("resource", resource)
+}
+
+func AlreadyExists(resource string) *Error {
+	return New(KindAlreadyExists, ReasonAlreadyExists, "%s already exists", resource).With("resource", resource)
+}
+
+func PermissionDenied(format string, args ...any) *Error {
+	return New(KindPermissionDenied, ReasonPermissionDenied, format, args...)
+}
+
+func EtagMismatch(resource string) *Error {
+	return New(KindAborted, ReasonEtagMismatch,
+		"%s was changed by someone else (etag mismatch); read it again and retry", resource).With("resource", resource)
+}
+
+func FailedPrecondition(reason, format string, args ...any) *Error {
+	return New(KindFailedPrecondition, reason, format, args...)
+}
+
+// Violations collects field violations; Err returns nil when there are none.
+type Violations []FieldViolation
+
+func (v *Violations) Add(field, format string, args ...any) {
+	*v = append(*v, FieldViolation{Field: field, Description: fmt.Sprintf(format, args...)})
+}
+
+// Merge appends others with a field prefix (e.g. "team.").
+func (v *Violations) Merge(prefix string, others Violations) {
+	for _, o := range others {
+		*v = append(*v, FieldViolation{Field: prefix + o.Field, Description: o.Description})
+	}
+}
+
+func (v Violations) Err() error {
+	if len(v) == 0 {
+		return nil
+	}
+	return &Error{Kind: KindInvalidArgument, Reason: ReasonInvalidField, Message: "invalid request", Violations: v}
+}
+
+// InvalidField is a one-violation shortcut.
+func InvalidField(field, format string, args ...any) *Error {
+	var v Violations
+	v.Add(field, format, args...)
+	return v.Err().(*Error)
+}
+
+// As extracts a *Error from err.
+func As(err error) (*Error, bool) {
+	var e *Error
+	if errors.As(err, &e) {
+		return e, true
+	}
+	return nil, false
+}
+
+// KindOf returns the kind of err, KindUnknown for foreign errors.
+func KindOf(err error) Kind {
+	if e, ok := As(err); ok {
+		return e.Kind
+	}
+	return KindUnknown
+}

@@ -1,0 +1,212 @@
+// Package hostcluster turns a virtual cluster's desired state into objects on
+// the shared host cluster and reads back what is really there. It renders
+// (pure functions, unit-tested) and applies (server-side apply, field manager
+// "gpuplane", Force) a namespace, the KAI Scheduler queue hierarchy,
+// admission guardrails, a NetworkPolicy and the vCluster Helm release.
+//
+// It knows nothing about where the desired state comes from: callers fill a
+// VirtualCluster (from Postgres, in gpuplane) and record the returned Steps
+// and Observed as conditions.
+//
+// # Naming
+//
+// Every name is a DNS-1123 label of at most 63 characters, because the leaf
+// queue name is also a label value (kai.scheduler/queue) and namespaces are
+// labels too. Each level has its own prefix so that names can never collide
+// across levels, even when a department, a team and a virtual cluster share
+// a name:
+//
+//	host namespace    vc-<name>                  (one vCluster per namespace)
+//	Helm release      <name> in vc-<name>        (= vCluster Service and StatefulSet)
+//	kubeconfig Secret vc-<name> in vc-<name>     (written by vCluster itself)
+//	department queue  dept-<department>
+//	team queue        team-<department>-<team>   (teams are only unique per department)
+//	leaf queue        vc-<name>                  (the only queue pods may name)
+//	policies          gpuplane-vc-<name>         (cluster-scoped admission policies)
+//	NetworkPolicy     gpuplane-isolation in vc-<name>
+//
+// A virtual cluster name is therefore limited to 60 characters. A composed
+// parent queue name that would exceed 63 characters is shortened and given a
+// hash suffix, which keeps it unique and stable.
+package hostcluster
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Quantities are resource amounts in the platform's integer units. GPUs are
+// counted in hundredths so that fractional GPUs need no floating point.
+type Quantities struct {
+	GPUCenti    int64
+	CPUMillis   int64
+	MemoryBytes int64
+}
+
+// QueueSpec is one level of the KAI queue hierarchy.
+//
+// A negative value in Quota means "unlimited" (-1 in KAI); a negative value
+// inside a non-nil Limit means "no limit" for that resource only. Priority 0
+// means "KAI's default" (100): the field is then left out of the Queue.
+type QueueSpec struct {
+	Quota           Quantities
+	Limit           *Quantities // nil = no limit (-1) for every resource
+	OverQuotaWeight float64
+	Priority        int32
+}
+
+// VirtualCluster is the desired state of one tenant virtual cluster.
+type VirtualCluster struct {
+	Name                string // DNS-1123 label, unique platform-wide, e.g. "ml-dev"
+	Team, Department    string
+	Tier                string // "SHARED" | "DEDICATED"
+	AllowFractionalGPUs bool
+	Leaf                QueueSpec
+	TeamQueue           QueueSpec
+	DepartmentQueue     QueueSpec
+	KubernetesVersion   string
+	ChartVersion        string
+	Generation          int64
+	Members             []Member // for later OIDC RBAC inside the vcluster
+}
+
+// Member is a person or group with access to a virtual cluster.
+type Member struct {
+	Kind string // "user" | "group"
+	Name string
+	Role string // "OWNER" | "MEMBER" | "VIEWER"
+}
+
+// Isolation tiers.
+const (
+	TierShared    = "SHARED"
+	TierDedicated = "DEDICATED"
+)
+
+// Labels and annotations gpuplane writes or reads on host objects.
+const (
+	LabelManagedBy      = "app.kubernetes.io/managed-by"
+	ManagedByValue      = "gpuplane"
+	LabelVirtualCluster = "gpuplane.io/virtual-cluster"
+	LabelTeam           = "gpuplane.io/team"
+	LabelDepartment     = "gpuplane.io/department"
+	LabelTier           = "gpuplane.io/tier"
+	LabelQueueLevel     = "gpuplane.io/queue-level"
+	AnnotationGen       = "gpuplane.io/generation"
+
+	// DefaultPoolLabel names the node pool a node belongs to; nodes without
+	// it are in DefaultPool.
+	DefaultPoolLabel = "gpuplane.io/pool"
+	DefaultPool      = "shared"
+	// DedicatedPool is the pool dedicated-tier virtual clusters are pinned
+	// to (node selector + toleration of the taint
+	// gpuplane.io/pool=dedicated:NoSchedule).
+	DedicatedPool = "dedicated"
+
+	// KAI Scheduler contract (see docs: vcluster-kai-facts).
+	KAISchedulerName    = "kai-scheduler"
+	KAIQueueLabel       = "kai.scheduler/queue"
+	KAIFractionAnnot    = "gpu-fraction"
+	KAIGPUMemoryAnnot   = "gpu-memory"
+	NvidiaGPUResource   = "nvidia.com/gpu"
+	vclusterMarkerLabel = "vcluster.loft.sh/managed-by"
+)
+
+// Queue levels, stored in LabelQueueLevel.
+const (
+	LevelDepartment = "department"
+	LevelTeam       = "team"
+	LevelLeaf       = "leaf"
+)
+
+// maxVirtualClusterName keeps "vc-" + name within a 63-character label.
+const maxVirtualClusterName = validation.DNS1123LabelMaxLength - len("vc-")
+
+// Validate checks what the host cluster needs of a VirtualCluster; other
+// rules (quota fits the hierarchy, ...) belong to the domain packages.
+func (vc VirtualCluster) Validate() error {
+	var problems []string
+	check := func(field, v string, max int) {
+		if errs := validation.IsDNS1123Label(v); len(errs) > 0 {
+			problems = append(problems, fmt.Sprintf("%s %q: %s", field, v, strings.Join(errs, "; ")))
+		} else if len(v) > max {
+			problems = append(problems, fmt.Sprintf("%s %q: must be at most %d characters", field, v, max))
+		}
+	}
+	check("name", vc.Name, maxVirtualClusterName)
+	check("team", vc.Team, validation.DNS1123LabelMaxLength)
+	check("department", vc.Department, validation.DNS1123LabelMaxLength)
+	switch vc.Tier {
+	case TierShared, TierDedicated:
+	default:
+		problems = append(problems, fmt.Sprintf("tier %q: must be %s or %s", vc.Tier, TierShared, TierDedicated))
+	}
+	for _, q := range []struct {
+		name string
+		spec QueueSpec
+	}{{"leaf", vc.Leaf}, {"team", vc.TeamQueue}, {"department", vc.DepartmentQueue}} {
+		if q.spec.OverQuotaWeight < 0 {
+			problems = append(problems, fmt.Sprintf("%s queue: overQuotaWeight must not be negative", q.name))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("hostcluster: invalid virtual cluster: %s", strings.Join(problems, ", "))
+	}
+	return nil
+}
+
+// NamespaceName is the host namespace of a virtual cluster.
+func NamespaceName(vcName string) string { return "vc-" + vcName }
+
+// ReleaseName is the Helm release (and vCluster) name.
+func ReleaseName(vcName string) string { return vcName }
+
+// KubeconfigSecretName is the Secret vCluster writes its admin kubeconfig to.
+func KubeconfigSecretName(vcName string) string { return "vc-" + ReleaseName(vcName) }
+
+// LeafQueueName is the only queue pods of the virtual cluster may use.
+func LeafQueueName(vcName string) string { return boundedName("vc", vcName) }
+
+// TeamQueueName is the parent of all leaf queues of a team.
+func TeamQueueName(department, team string) string { return boundedName("team", department, team) }
+
+// DepartmentQueueName is the root queue of a department.
+func DepartmentQueueName(department string) string { return boundedName("dept", department) }
+
+// PolicyName names the cluster-scoped admission policies and bindings of a
+// virtual cluster.
+func PolicyName(vcName string) string { return "gpuplane-vc-" + vcName }
+
+// NetworkPolicyName is the tenant isolation policy in the host namespace.
+const NetworkPolicyName = "gpuplane-isolation"
+
+// boundedName joins parts with "-" and, when the result is longer than a
+// DNS-1123 label allows, truncates it and appends a hash of the full name so
+// distinct inputs keep distinct names.
+func boundedName(parts ...string) string {
+	name := strings.Join(parts, "-")
+	if len(name) <= validation.DNS1123LabelMaxLength {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	suffix := hex.EncodeToString(sum[:])[:8]
+	head := strings.TrimRight(name[:validation.DNS1123LabelMaxLength-len(suffix)-1], "-")
+	return head + "-" + suffix
+}
+
+func commonLabels(vc VirtualCluster) map[string]string {
+	return map[string]string{
+		LabelManagedBy:      ManagedByValue,
+		LabelVirtualCluster: vc.Name,
+		LabelTeam:           vc.Team,
+		LabelDepartment:     vc.Department,
+	}
+}
+
+func generationAnnotations(vc VirtualCluster) map[string]string {
+	return map[string]string{AnnotationGen: fmt.Sprint(vc.Generation)}
+}

@@ -1,0 +1,140 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/identity"
+)
+
+// RequestIDHeader carries the server-assigned (or caller-supplied) id of one
+// API call; it appears in logs, audit events and the response headers.
+const RequestIDHeader = "x-request-id"
+
+type requestIDKey struct{}
+
+// RequestIDFrom returns the id of the call being served.
+func RequestIDFrom(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// validRequestID accepts caller ids that are safe to log and echo.
+func validRequestID(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// Authenticator turns a bearer token into a principal.
+type Authenticator interface {
+	Verify(ctx context.Context, rawToken string) (identity.Principal, error)
+}
+
+// unauthenticatedMethods need no token: health checks and reflection.
+func unauthenticatedMethod(fullMethod string) bool {
+	return strings.HasPrefix(fullMethod, "/grpc.health.v1.Health/") ||
+		strings.HasPrefix(fullMethod, "/grpc.reflection.")
+}
+
+type metrics struct {
+	handled  *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		handled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpuplane_grpc_server_handled_total",
+			Help: "RPCs completed on the server, by method and gRPC code (REST calls included: the gateway calls gRPC).",
+		}, []string{"method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gpuplane_grpc_server_handling_seconds",
+			Help:    "Time to handle an RPC, by method and gRPC code.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"method", "code"}),
+	}
+	reg.MustRegister(m.handled, m.duration)
+	return m
+}
+
+// unaryChain is the one interceptor every call passes, gRPC and REST alike:
+// request id -> recovery -> authentication -> handler, with logging and
+// metrics around it and domain errors mapped to statuses on the way out.
+func (s *Server) unaryChain(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	start := time.Now()
+	md, _ := metadata.FromIncomingContext(ctx)
+	reqID := ""
+	if v := md.Get(RequestIDHeader); len(v) > 0 && validRequestID(v[0]) {
+		reqID = v[0]
+	} else {
+		reqID = newRequestID()
+	}
+	ctx = context.WithValue(ctx, requestIDKey{}, reqID)
+	_ = grpc.SetHeader(ctx, metadata.Pairs(RequestIDHeader, reqID))
+	log := s.log.With("request_id", reqID, "method", info.FullMethod)
+
+	defer func() {
+		if p := recover(); p != nil {
+			log.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
+			err = status.Error(codes.Internal, "internal error")
+		}
+		code := status.Code(err)
+		elapsed := time.Since(start)
+		s.metrics.handled.WithLabelValues(info.FullMethod, code.String()).Inc()
+		s.metrics.duration.WithLabelValues(info.FullMethod, code.String()).Observe(elapsed.Seconds())
+		level := slog.LevelDebug
+		if code == codes.Internal || code == codes.Unknown {
+			level = slog.LevelError
+		}
+		log.Log(ctx, level, "rpc", "code", code.String(), "duration_ms", float64(elapsed.Microseconds())/1000)
+	}()
+
+	if !unauthenticatedMethod(info.FullMethod) {
+		p, aerr := s.authenticate(ctx, md)
+		if aerr != nil {
+			return nil, toStatus(ctx, log, aerr)
+		}
+		ctx = identity.WithPrincipal(ctx, p)
+		log = log.With("subject", p.Subject)
+	}
+	resp, err = handler(ctx, req)
+	return resp, toStatus(ctx, log, err)
+}
+
+func (s *Server) authenticate(ctx context.Context, md metadata.MD) (identity.Principal, error) {
+	vals := md.Get("authorization")
+	if len(vals) == 0 {
+		return identity.Principal{}, errs.New(errs.KindUnauthenticated, errs.ReasonUnauthenticated,
+			"missing bearer token: send 'Authorization: Bearer <OIDC ID token>'")
+	}
+	raw, err := identity.BearerToken(vals[0])
+	if err != nil {
+		return identity.Principal{}, err
+	}
+	return s.auth.Verify(ctx, raw)
+}

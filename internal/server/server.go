@@ -1,0 +1,231 @@
+// Package server runs the gRPC API and its REST gateway. Handlers stay thin:
+// they call the domain services, and every error leaves through toStatus.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/textproto"
+	"strings"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/protobuf/encoding/protojson"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpuplane/gpuplane/api"
+	gpuplanev1 "github.com/gpuplane/gpuplane/api/gpuplane/v1"
+)
+
+// Config is what the server needs; internal/app fills it.
+type Config struct {
+	GRPCAddr string // e.g. ":9090"; "127.0.0.1:0" in tests
+	HTTPAddr string // e.g. ":8080"
+	Logger   *slog.Logger
+	Auth     Authenticator
+	// Ready reports whether the server can serve (database reachable, schema
+	// current); nil error = ready.
+	Ready    func(ctx context.Context) error
+	Registry *prometheus.Registry
+	Services Services
+}
+
+// Services are the domain implementations behind the API.
+type Services struct {
+	Departments    gpuplanev1.DepartmentServiceServer
+	Teams          gpuplanev1.TeamServiceServer
+	Members        gpuplanev1.MemberServiceServer
+	Identity       gpuplanev1.IdentityServiceServer
+	Audit          gpuplanev1.AuditServiceServer
+	VirtualCluster gpuplanev1.VirtualClusterServiceServer
+	Requests       gpuplanev1.RequestServiceServer
+	Policies       gpuplanev1.ApprovalPolicyServiceServer
+}
+
+// Server owns both listeners.
+type Server struct {
+	log     *slog.Logger
+	auth    Authenticator
+	metrics *metrics
+	grpc    *grpc.Server
+	health  *health.Server
+	http    *http.Server
+	gwConn  *grpc.ClientConn
+	lisGRPC net.Listener
+	lisHTTP net.Listener
+}
+
+// New listens on both addresses and wires everything; Serve starts serving.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	s := &Server{log: cfg.Logger, auth: cfg.Auth, metrics: newMetrics(cfg.Registry)}
+	var err error
+	if s.lisGRPC, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("listen gRPC on %s: %w", cfg.GRPCAddr, err)
+	}
+	if s.lisHTTP, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		s.lisGRPC.Close()
+		return nil, fmt.Errorf("listen HTTP on %s: %w", cfg.HTTPAddr, err)
+	}
+
+	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.unaryChain), grpc.MaxRecvMsgSize(4<<20))
+	svc := cfg.Services
+	gpuplanev1.RegisterDepartmentServiceServer(s.grpc, svc.Departments)
+	gpuplanev1.RegisterTeamServiceServer(s.grpc, svc.Teams)
+	gpuplanev1.RegisterMemberServiceServer(s.grpc, svc.Members)
+	gpuplanev1.RegisterIdentityServiceServer(s.grpc, svc.Identity)
+	gpuplanev1.RegisterAuditServiceServer(s.grpc, svc.Audit)
+	gpuplanev1.RegisterVirtualClusterServiceServer(s.grpc, svc.VirtualCluster)
+	gpuplanev1.RegisterRequestServiceServer(s.grpc, svc.Requests)
+	gpuplanev1.RegisterApprovalPolicyServiceServer(s.grpc, svc.Policies)
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+
+	// The gateway dials our own gRPC port so REST calls pass the very same
+	// interceptor chain (authentication, logging, metrics, error mapping).
+	s.gwConn, err = grpc.NewClient(s.lisGRPC.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		s.closeListeners()
+		return nil, fmt.Errorf("dial own gRPC port: %w", err)
+	}
+	gw := runtime.NewServeMux(
+		runtime.WithIncomingHeaderMatcher(func(key string) (string, bool) {
+			if strings.EqualFold(key, RequestIDHeader) {
+				return RequestIDHeader, true
+			}
+			return runtime.DefaultHeaderMatcher(key)
+		}),
+		runtime.WithOutgoingHeaderMatcher(func(key string) (string, bool) {
+			if key == RequestIDHeader {
+				return textproto.CanonicalMIMEHeaderKey(RequestIDHeader), true
+			}
+			return "", false
+		}),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: false},
+			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+		}),
+	)
+	for _, register := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
+		gpuplanev1.RegisterDepartmentServiceHandler,
+		gpuplanev1.RegisterTeamServiceHandler,
+		gpuplanev1.RegisterMemberServiceHandler,
+		gpuplanev1.RegisterIdentityServiceHandler,
+		gpuplanev1.RegisterAuditServiceHandler,
+		gpuplanev1.RegisterVirtualClusterServiceHandler,
+		gpuplanev1.RegisterRequestServiceHandler,
+		gpuplanev1.RegisterApprovalPolicyServiceHandler,
+	} {
+		if err := register(ctx, gw, s.gwConn); err != nil {
+			s.gwConn.Close()
+			s.closeListeners()
+			return nil, fmt.Errorf("register gateway: %w", err)
+		}
+	}
+
+	openapiYAML := api.OpenAPI
+	openapiJSON, err := yaml.YAMLToJSON(api.OpenAPI)
+	if err != nil {
+		return nil, fmt.Errorf("openapi document: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", gw)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		if cfg.Ready != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+			defer cancel()
+			if err := cfg.Ready(ctx); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintf(w, "not ready: %v\n", err)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		_, _ = w.Write(openapiYAML)
+	})
+	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(openapiJSON)
+	})
+	s.http = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	return s, nil
+}
+
+// GRPCAddr and HTTPAddr are the bound addresses (useful with port 0).
+func (s *Server) GRPCAddr() string { return s.lisGRPC.Addr().String() }
+func (s *Server) HTTPAddr() string { return s.lisHTTP.Addr().String() }
+
+// Serve blocks until both servers stop; it returns the first failure.
+func (s *Server) Serve() error {
+	errc := make(chan error, 2)
+	go func() { errc <- s.grpc.Serve(s.lisGRPC) }()
+	go func() {
+		err := s.http.Serve(s.lisHTTP)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		errc <- err
+	}()
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	first := <-errc
+	second := <-errc
+	if first != nil {
+		return first
+	}
+	return second
+}
+
+// Shutdown stops accepting calls and lets in-flight ones finish until ctx
+// ends; then it cuts the rest off.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.health.Shutdown()
+	herr := s.http.Shutdown(ctx)
+	done := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.grpc.Stop()
+	}
+	s.gwConn.Close()
+	return herr
+}
+
+func (s *Server) closeListeners() {
+	s.lisGRPC.Close()
+	s.lisHTTP.Close()
+}

@@ -1,0 +1,100 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultMaxAttempts bounds how often InTx runs the callback when
+// PostgreSQL keeps aborting it with a serialization failure or deadlock.
+const DefaultMaxAttempts = 8
+
+// TxOptions selects the transaction mode for InTx.
+type TxOptions struct {
+	// Isolation defaults to pgx.ReadCommitted, set explicitly so that a
+	// server-side default_transaction_isolation cannot change behaviour.
+	Isolation pgx.TxIsoLevel
+	// ReadOnly makes the transaction READ ONLY.
+	ReadOnly bool
+	// MaxAttempts overrides DefaultMaxAttempts when positive.
+	MaxAttempts int
+}
+
+// Backoff bounds between attempts. Conflicts clear as soon as the other
+// transaction finishes, which is usually within milliseconds.
+const (
+	retryBaseDelay = 5 * time.Millisecond
+	retryMaxDelay  = 500 * time.Millisecond
+)
+
+// InTx runs fn in a transaction and commits it if fn returns nil. When the
+// transaction fails with a serialization failure (40001) or a deadlock
+// (40P01), whether from fn or from COMMIT, the whole callback runs again in
+// a fresh transaction, so fn must not have side effects outside tx (or they
+// must be idempotent). Any other error from fn is returned as-is after
+// rollback. A retryable error that persists after the last attempt is
+// returned as-is as well; pass it through Classify to get an errs.Error.
+func InTx(ctx context.Context, pool *pgxpool.Pool, opts TxOptions, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	txo := pgx.TxOptions{IsoLevel: opts.Isolation, AccessMode: pgx.ReadWrite}
+	if txo.IsoLevel == "" {
+		txo.IsoLevel = pgx.ReadCommitted
+	}
+	if opts.ReadOnly {
+		txo.AccessMode = pgx.ReadOnly
+	}
+	maxAttempts := opts.MaxAttempts
+	if maxAttempts <= 0 {
+		maxAttempts = DefaultMaxAttempts
+	}
+
+	for attempt := 1; ; attempt++ {
+		err := runTx(ctx, pool, txo, fn)
+		if err == nil || !IsRetryable(err) || attempt >= maxAttempts {
+			return err
+		}
+		t := time.NewTimer(retryDelay(attempt))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("store: transaction gave up after %d attempts: %w (last attempt: %v)",
+				attempt, context.Cause(ctx), err)
+		case <-t.C:
+		}
+	}
+}
+
+func runTx(ctx context.Context, pool *pgxpool.Pool, txo pgx.TxOptions, fn func(context.Context, pgx.Tx) error) error {
+	tx, err := pool.BeginTx(ctx, txo)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Also runs when fn panics. After a successful commit this is a
+		// no-op. A cancelled ctx must not stop us from releasing the
+		// transaction, or the connection would go back to the pool mid-tx.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		// A failed rollback leaves nothing to do: pgx closes the connection
+		// rather than return it to the pool mid-transaction.
+		_ = tx.Rollback(rctx)
+	}()
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// retryDelay is exponential with "equal jitter": half fixed, half random, so
+// that two transactions that conflicted once do not retry in lockstep.
+func retryDelay(attempt int) time.Duration {
+	d := retryBaseDelay << (attempt - 1)
+	if d > retryMaxDelay || d <= 0 {
+		d = retryMaxDelay
+	}
+	return d/2 + rand.N(d/2+1)
+}

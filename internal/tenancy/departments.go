@@ -1,0 +1,376 @@
+package tenancy
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"strconv"
+
+	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
+	"github.com/gpuplane/gpuplane/internal/audit"
+	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/names"
+	"github.com/gpuplane/gpuplane/internal/quota"
+	"github.com/gpuplane/gpuplane/internal/store"
+	"github.com/gpuplane/gpuplane/internal/store/filter"
+)
+
+// Departments implements pb.DepartmentServiceServer.
+type Departments struct {
+	pb.UnimplementedDepartmentServiceServer
+	*Service
+}
+
+const departmentColumns = `id, display_name, gpu_centi, cpu_millis, memory_bytes, admin_groups, version, create_time, update_time`
+
+type departmentRow struct {
+	ID, DisplayName string
+	Budget          quota.Resources
+	AdminGroups     []string
+	Version         int64
+	Created, Update time.Time
+}
+
+func scanDepartment(row pgx.Row) (departmentRow, error) {
+	var d departmentRow
+	err := row.Scan(&d.ID, &d.DisplayName, &d.Budget.GPU, &d.Budget.CPUMillis, &d.Budget.MemoryBytes,
+		&d.AdminGroups, &d.Version, &d.Created, &d.Update)
+	return d, err
+}
+
+func (d departmentRow) proto() *pb.Department {
+	return &pb.Department{
+		Name:        names.Department(d.ID),
+		DisplayName: d.DisplayName,
+		QuotaBudget: QuotaToProto(d.Budget),
+		AdminGroups: d.AdminGroups,
+		Etag:        Etag(d.Version, d.Update),
+		CreateTime:  ts(d.Created),
+		UpdateTime:  ts(d.Update),
+	}
+}
+
+func getDepartment(ctx context.Context, q pgx.Tx, id string, lock bool) (departmentRow, error) {
+	sql := `SELECT ` + departmentColumns + ` FROM departments WHERE id = $1`
+	if lock {
+		sql += ` FOR UPDATE`
+	}
+	d, err := scanDepartment(q.QueryRow(ctx, sql, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return d, errs.NotFound(names.Department(id))
+	}
+	return d, err
+}
+
+func validateGroups(v *errs.Violations, field string, groups []string) []string {
+	out := make([]string, 0, len(groups))
+	for i, g := range groups {
+		g = strings.TrimSpace(g)
+		if g == "" || len(g) > 256 {
+			v.Add(field, "entry %d must be 1 to 256 characters", i)
+			continue
+		}
+		if !slices.Contains(out, g) {
+			out = append(out, g)
+		}
+	}
+	if len(out) > 64 {
+		v.Add(field, "at most 64 groups")
+	}
+	return out
+}
+
+func (s *Departments) GetDepartment(ctx context.Context, req *pb.GetDepartmentRequest) (*pb.Department, error) {
+	id, err := names.ParseDepartment("name", req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.Access(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !a.CanReadDepartment(id) {
+		return nil, errs.NotFound(req.GetName())
+	}
+	d, err := scanDepartment(s.Pool.QueryRow(ctx, `SELECT `+departmentColumns+` FROM departments WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, errs.NotFound(req.GetName())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return d.proto(), nil
+}
+
+var departmentFilter = filter.Schema{
+	"display_name": {Column: "display_name", Type: filter.String, Prefix: true},
+}
+
+func (s *Departments) ListDepartments(ctx context.Context, req *pb.ListDepartmentsRequest) (*pb.ListDepartmentsResponse, error) {
+	a, err := s.Access(ctx)
+	if err != nil {
+		return nil, err
+	}
+	size, err := store.PageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	where, args, err := filter.Compile(req.GetFilter(), departmentFilter, 1)
+	if err != nil {
+		return nil, err
+	}
+	var after string
+	if req.GetPageToken() != "" {
+		if err := store.DecodePageToken(req.GetPageToken(), "departments|"+req.GetFilter(), &after); err != nil {
+			return nil, err
+		}
+	}
+	args = append(args, after)
+	sql := `SELECT ` + departmentColumns + ` FROM departments WHERE (` + where + `) AND id > $` + strconv.Itoa(len(args))
+	if !a.PlatformAdmin {
+		readable := append(a.AdminDepartments(), a.MemberDepartments()...)
+		args = append(args, readable)
+		sql += ` AND id = ANY($` + strconv.Itoa(len(args)) + `)`
+	}
+	args = append(args, size+1)
+	sql += ` ORDER BY id LIMIT $` + strconv.Itoa(len(args))
+	rows, err := s.Pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, store.Classify(err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (departmentRow, error) { return scanDepartment(r) })
+	if err != nil {
+		return nil, err
+	}
+	resp := &pb.ListDepartmentsResponse{}
+	if len(list) > size {
+		list = list[:size]
+		resp.NextPageToken = store.EncodePageToken("departments|"+req.GetFilter(), list[size-1].ID)
+	}
+	for _, d := range list {
+		resp.Departments = append(resp.Departments, d.proto())
+	}
+	return resp, nil
+}
+
+func (s *Departments) CreateDepartment(ctx context.Context, req *pb.CreateDepartmentRequest) (*pb.Department, error) {
+	a, err := s.Access(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !a.PlatformAdmin {
+		return nil, errs.PermissionDenied("only platform admins create departments")
+	}
+	var v errs.Violations
+	names.ValidateID(&v, "department_id", req.GetDepartmentId())
+	d := req.GetDepartment()
+	if d == nil {
+		v.Add("department", "required")
+		return nil, v.Err()
+	}
+	checkDisplayName(&v, "department.display_name", d.GetDisplayName())
+	budget := QuotaFromProto(&v, "department.quota_budget", d.GetQuotaBudget())
+	groups := validateGroups(&v, "department.admin_groups", d.GetAdminGroups())
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	var out *pb.Department
+	err = store.InTx(ctx, s.Pool, store.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+		out, err = Idempotent(ctx, tx, a.Principal.Subject, "CreateDepartment", req.GetRequestId(), req,
+			func() *pb.Department { return &pb.Department{} },
+			func() (*pb.Department, error) {
+				if err := LockCluster(ctx, tx); err != nil {
+					return nil, err
+				}
+				cluster, err := s.ClusterNode(ctx, tx, req.GetDepartmentId())
+				if err != nil {
+					return nil, err
+				}
+				if err := quota.FitError("department.quota_budget", quota.CheckFit([]quota.Node{cluster}, budget)); err != nil {
+					return nil, err
+				}
+				row, err := scanDepartment(tx.QueryRow(ctx, `
+					INSERT INTO departments (id, display_name, gpu_centi, cpu_millis, memory_bytes, admin_groups)
+					VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+departmentColumns,
+					req.GetDepartmentId(), d.GetDisplayName(), budget.GPU, budget.CPUMillis, budget.MemoryBytes, groups))
+				if err != nil {
+					if errs.KindOf(store.Classify(err)) == errs.KindAlreadyExists {
+						return nil, errs.AlreadyExists(names.Department(req.GetDepartmentId()))
+					}
+					return nil, err
+				}
+				res := row.proto()
+				return res, audit.Record(ctx, tx, audit.Event{
+					Actor: a.Principal, Action: "CreateDepartment", Resource: res.Name, RequestID: req.GetRequestId(),
+					CorrelationID: s.correlationID(ctx), Department: row.ID, After: res,
+				})
+			})
+		return err
+	})
+	return out, err
+}
+
+func (s *Departments) UpdateDepartment(ctx context.Context, req *pb.UpdateDepartmentRequest) (*pb.Department, error) {
+	d := req.GetDepartment()
+	if d == nil {
+		return nil, errs.InvalidField("department", "required")
+	}
+	id, err := names.ParseDepartment("department.name", d.GetName())
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.Access(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !a.CanReadDepartment(id) {
+		return nil, errs.NotFound(d.GetName())
+	}
+	if !a.PlatformAdmin {
+		return nil, errs.PermissionDenied("only platform admins change departments")
+	}
+	paths, err := maskPaths(req.GetUpdateMask().GetPaths(), "display_name", "quota_budget", "admin_groups")
+	if err != nil {
+		return nil, err
+	}
+	var v errs.Violations
+	checkDisplayName(&v, "department.display_name", d.GetDisplayName())
+	budget := QuotaFromProto(&v, "department.quota_budget", d.GetQuotaBudget())
+	groups := validateGroups(&v, "department.admin_groups", d.GetAdminGroups())
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	var out *pb.Department
+	err = store.InTx(ctx, s.Pool, store.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+		if paths["quota_budget"] {
+			if err := LockCluster(ctx, tx); err != nil {
+				return err
+			}
+		}
+		cur, err := getDepartment(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		before := cur.proto()
+		if err := CheckEtag(d.GetName(), d.GetEtag(), before.Etag); err != nil {
+			return err
+		}
+		next := cur
+		if paths["display_name"] {
+			next.DisplayName = d.GetDisplayName()
+		}
+		if paths["admin_groups"] {
+			next.AdminGroups = groups
+		}
+		if paths["quota_budget"] {
+			next.Budget = budget
+			cluster, err := s.ClusterNode(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			if err := quota.FitError("department.quota_budget", quota.CheckFitChange([]quota.Node{cluster}, cur.Budget, budget)); err != nil {
+				return err
+			}
+			children, err := ChildrenOfDepartment(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			if err := BelowChildrenError("department.quota_budget", "department", d.GetName(), budget, children); err != nil {
+				return err
+			}
+		}
+		row, err := scanDepartment(tx.QueryRow(ctx, `
+			UPDATE departments SET display_name = $2, gpu_centi = $3, cpu_millis = $4, memory_bytes = $5,
+			       admin_groups = $6, version = version + 1, update_time = now()
+			 WHERE id = $1 RETURNING `+departmentColumns,
+			id, next.DisplayName, next.Budget.GPU, next.Budget.CPUMillis, next.Budget.MemoryBytes, next.AdminGroups))
+		if err != nil {
+			return err
+		}
+		out = row.proto()
+		return audit.Record(ctx, tx, audit.Event{
+			Actor: a.Principal, Action: "UpdateDepartment", Resource: out.Name,
+			CorrelationID: s.correlationID(ctx), Department: id, Before: before, After: out,
+		})
+	})
+	return out, err
+}
+
+func (s *Departments) DeleteDepartment(ctx context.Context, req *pb.DeleteDepartmentRequest) (*emptypb.Empty, error) {
+	id, err := names.ParseDepartment("name", req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.Access(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !a.CanReadDepartment(id) {
+		return nil, errs.NotFound(req.GetName())
+	}
+	if !a.PlatformAdmin {
+		return nil, errs.PermissionDenied("only platform admins delete departments")
+	}
+	err = store.InTx(ctx, s.Pool, store.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+		cur, err := getDepartment(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		before := cur.proto()
+		if err := CheckEtag(req.GetName(), req.GetEtag(), before.Etag); err != nil {
+			return err
+		}
+		var teams int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM teams WHERE department_id = $1`, id).Scan(&teams); err != nil {
+			return err
+		}
+		if teams > 0 {
+			return errs.FailedPrecondition(errs.ReasonHasChildren,
+				"%s still has %d team(s); delete them first", req.GetName(), teams).With("teams", strconv.Itoa(teams))
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM departments WHERE id = $1`, id); err != nil {
+			return hasDependents(err, req.GetName())
+		}
+		return audit.Record(ctx, tx, audit.Event{
+			Actor: a.Principal, Action: "DeleteDepartment", Resource: req.GetName(),
+			CorrelationID: s.correlationID(ctx), Department: id, Before: before,
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &emptypb.Empty{}, nil
+}
+
+// hasDependents turns a foreign-key violation on delete into a clear error.
+func hasDependents(err error, resource string) error {
+	if store.SQLState(err) == "23503" {
+		return errs.Wrap(err, errs.KindFailedPrecondition, errs.ReasonHasChildren,
+			"%s is still referenced (requests or virtual clusters); delete those first", resource)
+	}
+	return err
+}
+
+// maskPaths validates an update mask against the allowed paths; empty or
+// "*" selects them all.
+func maskPaths(paths []string, allowed ...string) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(paths) == 0 || (len(paths) == 1 && paths[0] == "*") {
+		for _, p := range allowed {
+			out[p] = true
+		}
+		return out, nil
+	}
+	for _, p := range paths {
+		if !slices.Contains(allowed, p) {
+			return nil, errs.InvalidField("update_mask", "path %q cannot be updated; updatable: %s", p, strings.Join(allowed, ", "))
+		}
+		out[p] = true
+	}
+	return out, nil
+}

@@ -1,0 +1,116 @@
+package tenancy
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/names"
+	"github.com/gpuplane/gpuplane/internal/quota"
+)
+
+// The quota hierarchy (cluster -> department budget -> team quota ->
+// virtual-cluster quota) is checked here and only here, inside the
+// transaction that makes the change. Concurrency: every change below a
+// department first locks that department's row (FOR UPDATE), and changes
+// to department budgets take a cluster-wide advisory lock, so two changes
+// that each fit alone but not together are serialised and the second one
+// sees the first.
+
+// activePhases hold quota: approved and not yet gone.
+const activeVCPhases = `phase NOT IN ('PENDING_APPROVAL', 'REJECTED', 'DELETED')`
+
+const clusterLockKey = 7_300_001
+
+// LockCluster serialises changes to department budgets.
+func LockCluster(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, clusterLockKey)
+	return err
+}
+
+// LockDepartment locks the department row and returns its budget.
+func LockDepartment(ctx context.Context, tx pgx.Tx, dept string) (quota.Resources, error) {
+	var r quota.Resources
+	err := tx.QueryRow(ctx, `SELECT gpu_centi, cpu_millis, memory_bytes FROM departments WHERE id = $1 FOR UPDATE`, dept).
+		Scan(&r.GPU, &r.CPUMillis, &r.MemoryBytes)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, errs.NotFound(names.Department(dept))
+	}
+	return r, err
+}
+
+func sumRow(ctx context.Context, tx pgx.Tx, sql string, args ...any) (quota.Resources, error) {
+	var r quota.Resources
+	err := tx.QueryRow(ctx, sql, args...).Scan(&r.GPU, &r.CPUMillis, &r.MemoryBytes)
+	return r, err
+}
+
+// ClusterNode is the cluster level: capacity x overcommit, used = the sum of
+// all department budgets except excludeDept.
+func (s *Service) ClusterNode(ctx context.Context, tx pgx.Tx, excludeDept string) (quota.Node, error) {
+	host, err := s.Capacity.Capacity(ctx)
+	if err != nil {
+		return quota.Node{}, errs.Wrap(err, errs.KindUnavailable, "CAPACITY_UNAVAILABLE", "host capacity is unknown right now; try again")
+	}
+	capacity, err := quota.ClusterCapacity(host, s.Overcommit)
+	if err != nil {
+		return quota.Node{}, err
+	}
+	used, err := sumRow(ctx, tx, `SELECT COALESCE(SUM(gpu_centi),0), COALESCE(SUM(cpu_millis),0), COALESCE(SUM(memory_bytes),0)
+		FROM departments WHERE id <> $1`, excludeDept)
+	return quota.Node{Level: quota.LevelCluster, Name: "cluster", Capacity: capacity, Used: used}, err
+}
+
+// DepartmentNode: capacity = budget, used = team quotas except excludeTeam.
+// The caller must hold LockDepartment.
+func DepartmentNode(ctx context.Context, tx pgx.Tx, dept string, budget quota.Resources, excludeTeam string) (quota.Node, error) {
+	used, err := sumRow(ctx, tx, `SELECT COALESCE(SUM(gpu_centi),0), COALESCE(SUM(cpu_millis),0), COALESCE(SUM(memory_bytes),0)
+		FROM teams WHERE department_id = $1 AND id <> $2`, dept, excludeTeam)
+	return quota.Node{Level: quota.LevelDepartment, Name: names.Department(dept), Capacity: budget, Used: used}, err
+}
+
+// TeamNode: capacity = team quota, used = active virtual-cluster quotas
+// except excludeVC. The caller must hold the team's department lock.
+func TeamNode(ctx context.Context, tx pgx.Tx, team string, teamQuota quota.Resources, excludeVC string) (quota.Node, error) {
+	used, err := sumRow(ctx, tx, `SELECT COALESCE(SUM(gpu_centi),0), COALESCE(SUM(cpu_millis),0), COALESCE(SUM(memory_bytes),0)
+		FROM virtual_clusters WHERE team_id = $1 AND id <> $2 AND `+activeVCPhases, team, excludeVC)
+	return quota.Node{Level: quota.LevelTeam, Name: names.Team(team), Capacity: teamQuota, Used: used}, err
+}
+
+// ChildrenTotal sums what children of a level hold, to refuse shrinking a
+// parent below its children ("department budget below its teams' quotas").
+func ChildrenOfDepartment(ctx context.Context, tx pgx.Tx, dept string) (quota.Resources, error) {
+	return sumRow(ctx, tx, `SELECT COALESCE(SUM(gpu_centi),0), COALESCE(SUM(cpu_millis),0), COALESCE(SUM(memory_bytes),0)
+		FROM teams WHERE department_id = $1`, dept)
+}
+
+func ChildrenOfTeam(ctx context.Context, tx pgx.Tx, team string) (quota.Resources, error) {
+	return sumRow(ctx, tx, `SELECT COALESCE(SUM(gpu_centi),0), COALESCE(SUM(cpu_millis),0), COALESCE(SUM(memory_bytes),0)
+		FROM virtual_clusters WHERE team_id = $1 AND `+activeVCPhases, team)
+}
+
+// AllocatedToTeam sums what KAI reports allocated in the team's queues.
+func AllocatedToTeam(ctx context.Context, tx pgx.Tx, team string) (quota.Resources, error) {
+	return sumRow(ctx, tx, `SELECT COALESCE(SUM(alloc_gpu_centi),0), COALESCE(SUM(alloc_cpu_millis),0), COALESCE(SUM(alloc_memory_bytes),0)
+		FROM virtual_clusters WHERE team_id = $1 AND `+activeVCPhases, team)
+}
+
+// BelowChildrenError refuses a parent smaller than what it already handed
+// out; the message says what the children hold.
+func BelowChildrenError(field, level, name string, newQuota, children quota.Resources) error {
+	var v errs.Violations
+	for k, want := range newQuota.All() {
+		if have := children.Get(k); want < have {
+			v.Add(field+"."+k.Field(), "%s %s would be below the %s its children already hold", level, k.Format(want), k.Format(have))
+		}
+	}
+	if len(v) == 0 {
+		return nil
+	}
+	e := errs.New(errs.KindFailedPrecondition, errs.ReasonQuotaExceeded,
+		"%s %s cannot shrink below what is already assigned to its children; shrink those first", level, name)
+	e.Violations = v
+	return e.With("level", level).With("name", name)
+}

@@ -1,0 +1,12 @@
+DROP TABLE IF EXISTS reconcile_work;
+DROP TABLE IF EXISTS idempotency_keys;
+DROP TABLE IF EXISTS audit_events;
+DROP TABLE IF EXISTS requests;
+DROP TABLE IF EXISTS approval_policies;
+DROP TABLE IF EXISTS virtual_clusters;
+DROP TABLE IF EXISTS members;
+DROP TABLE IF EXISTS teams;
+DROP TABLE IF EXISTS departments;
+DROP DOMAIN IF EXISTS nonneg;
+DROP DOMAIN IF EXISTS gpu_centi;
+DROP DOMAIN IF EXISTS dns_label;
