@@ -294,7 +294,7 @@ func (s *Requests) autoApprove(ctx context.Context, tx pgx.Tx, r *RequestRow, te
 		if err == nil {
 			return nil
 		}
-		if k := errs.KindOf(err); k != errs.KindFailedPrecondition && k != errs.KindResourceExhausted {
+		if errs.KindOf(err) != errs.KindFailedPrecondition {
 			return err
 		}
 		return audit.Record(ctx, tx, audit.Event{

@@ -106,7 +106,7 @@ func FitError(field string, shortfalls []Shortfall) error {
 	if len(shortfalls) == 0 {
 		return nil
 	}
-	e := errs.New(errs.KindResourceExhausted, errs.ReasonQuotaExceeded,
+	e := errs.New(errs.KindFailedPrecondition, errs.ReasonQuotaExceeded,
 		"the requested quota does not fit in %s", describeLevels(shortfalls))
 	for _, s := range shortfalls {
 		e.Violations = append(e.Violations, errs.FieldViolation{

@@ -128,7 +128,7 @@ func TestShortfallHumanText(t *testing.T) {
 
 	err := FitError("virtual_cluster.quota", got)
 	e, ok := errs.As(err)
-	if !ok || e.Kind != errs.KindResourceExhausted || e.Reason != errs.ReasonQuotaExceeded {
+	if !ok || e.Kind != errs.KindFailedPrecondition || e.Reason != errs.ReasonQuotaExceeded {
 		t.Fatalf("FitError = %#v", err)
 	}
 	if e.Violations[0].Field != "virtual_cluster.quota.gpu" || e.Violations[1].Field != "virtual_cluster.quota.memory_bytes" {

@@ -1,0 +1,129 @@
+package devenv
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gpuplane/gpuplane/internal/app"
+	"github.com/gpuplane/gpuplane/internal/devenv/oidcdev"
+	"github.com/gpuplane/gpuplane/internal/devenv/pgserver"
+	"github.com/gpuplane/gpuplane/internal/store"
+	"github.com/gpuplane/gpuplane/internal/tenancy"
+)
+
+// DefaultIssuerAddr is where the dev issuer listens, so `gpuplane dev
+// token` finds it without configuration.
+const DefaultIssuerAddr = "127.0.0.1:5556"
+
+// Options configure dev mode.
+type Options struct {
+	Config     app.Config // server configuration (addresses etc.)
+	IssuerAddr string
+	Out        io.Writer // where the walkthrough is printed
+}
+
+// Run starts everything dev mode needs and serves until ctx ends.
+func Run(ctx context.Context, o Options) error {
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+	if o.IssuerAddr == "" {
+		o.IssuerAddr = DefaultIssuerAddr
+	}
+	cfg := o.Config
+	logger := app.NewLogger(cfg)
+	say := func(format string, args ...any) { fmt.Fprintf(o.Out, "==> "+format+"\n", args...) }
+
+	if cfg.DatabaseURL == "" {
+		say("starting a throwaway PostgreSQL (set DATABASE_URL to use your own)...")
+		pg, err := pgserver.Start(ctx, pgserver.Options{Logf: func(f string, a ...any) { logger.Debug(fmt.Sprintf(f, a...)) }})
+		if err != nil {
+			return fmt.Errorf("PostgreSQL: %w", err)
+		}
+		defer pg.Stop()
+		if err := pg.CreateDatabase(ctx, "gpuplane", ""); err != nil {
+			return err
+		}
+		cfg.DatabaseURL = pg.URL("gpuplane")
+		say("PostgreSQL ready at %s", cfg.DatabaseURL)
+	}
+	say("applying database migrations...")
+	if err := store.MigrateUp(ctx, cfg.DatabaseURL); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+
+	say("starting the development OIDC issuer on %s (dev mode only)...", o.IssuerAddr)
+	iss, err := oidcdev.New(ctx, oidcdev.Config{Addr: o.IssuerAddr, Users: DemoUsers, ClientID: cfg.OIDCClientID,
+		Logf: func(f string, a ...any) { logger.Debug(fmt.Sprintf(f, a...)) }})
+	if err != nil {
+		return fmt.Errorf("dev OIDC issuer: %w", err)
+	}
+	defer iss.Close()
+	cfg.OIDCIssuerURL = iss.IssuerURL()
+	cfg.OIDCCAFile = ""
+
+	a, err := app.New(ctx, cfg, app.Options{Logger: logger, Capacity: tenancy.StaticCapacity(DemoCapacity), OIDCCACert: iss.CACertPEM()})
+	if err != nil {
+		return err
+	}
+	if err := Seed(ctx, a.Tenancy); err != nil {
+		return fmt.Errorf("seed demo data: %w", err)
+	}
+	printWalkthrough(o.Out, a.HTTPAddr(), a.GRPCAddr())
+	return a.Run(ctx)
+}
+
+func printWalkthrough(w io.Writer, httpAddr, grpcAddr string) {
+	base := "http://" + strings.Replace(httpAddr, "[::]", "localhost", 1)
+	fmt.Fprintf(w, `
+gpuplane dev is running: REST %s, gRPC %s
+Demo users: alice (platform admin), bob (owner of team-a), carol (member of team-a),
+            dan (owner of team-b), erin (member of team-b), frank (admin of department research)
+
+Try (in another terminal):
+  TOKEN=$(go run ./cmd/gpuplane dev token alice)
+  curl -s -H "Authorization: Bearer $TOKEN" %s/v1/teams
+  curl -s -H "Authorization: Bearer $(go run ./cmd/gpuplane dev token erin)" %s/v1/teams/team-a/members   # 404: erin is in team-b
+  curl -s -H "Authorization: Bearer $TOKEN" '%s/v1/auditEvents?pageSize=5'
+  See README.md for the request -> approve walkthrough. Ctrl-C stops everything.
+
+`, base, grpcAddr, base, base, base)
+}
+
+// FetchToken asks a running dev issuer for a demo user's ID token.
+func FetchToken(ctx context.Context, issuerAddr, user string) (string, error) {
+	if issuerAddr == "" {
+		issuerAddr = DefaultIssuerAddr
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	form := url.Values{"username": {user}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+issuerAddr+oidcdev.DevTokenPath, strings.NewReader(form.Encode()))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("is `make run` running? %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("dev issuer: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	var out struct {
+		IDToken string `json:"id_token"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil || out.IDToken == "" {
+		return "", fmt.Errorf("dev issuer: unexpected answer")
+	}
+	return out.IDToken, nil
+}

@@ -1,0 +1,215 @@
+package hostcluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+)
+
+// Room in the host ResourceQuota for what runs in the namespace besides the
+// tenant's workloads: the vCluster control plane (requests 200m / 256Mi in
+// chart 0.20) and the synced CoreDNS pod, with headroom for upgrades, which
+// briefly run a second control plane pod.
+const (
+	controlPlaneCPUMillis   = 1000
+	controlPlaneMemoryBytes = 2 << 30
+)
+
+// RenderVClusterValues renders the vCluster chart values (vcluster.yaml
+// format, chart 0.20+).
+//
+//   - experimental.syncSettings.setOwner is written as false explicitly:
+//     otherwise synced pods are owned by the vCluster Service, which KAI's
+//     pod-grouper cannot read, and the pods are never scheduled.
+//   - On chart 0.20.x vCluster rewrites every pod label key on the host
+//     unless it is listed in experimental.syncSettings.syncLabels, so
+//     kai.scheduler/queue is listed; from 0.21 labels pass through and the
+//     key no longer exists in the schema. Either way the host admission
+//     policies decide which queue a pod may use.
+//   - DEDICATED pins pods to the dedicated pool (node selector + toleration
+//     of its taint) and syncs only those nodes into the virtual cluster.
+//   - policies.resourceQuota caps the namespace's requests at the leaf
+//     queue's limit plus room for the control plane; without a limit there
+//     is no CPU/memory/GPU ceiling, because KAI lets the queue borrow idle
+//     capacity above its quota. Limits are not capped and the LimitRange
+//     sets default requests only, so pods need no limits and a large request
+//     never collides with a small default limit. Object counts keep the
+//     chart's defaults.
+func RenderVClusterValues(vc VirtualCluster, s Settings) map[string]any {
+	s = s.withDefaults()
+	server := s.kubeconfigServer(vc.Name)
+
+	syncSettings := map[string]any{"setOwner": false}
+	if chartBefore021(vc.ChartVersion) {
+		syncSettings["syncLabels"] = []any{KAIQueueLabel}
+	}
+
+	statefulSet := map[string]any{
+		"image": map[string]any{"repository": s.ControlPlaneImageRepository},
+	}
+	if v := strings.TrimPrefix(vc.ChartVersion, "v"); v != "" {
+		// The chart derives the image tag from its own version, which is a
+		// placeholder (0.0.1) in the copy inside the Go module; pin it.
+		statefulSet["image"].(map[string]any)["tag"] = v
+	}
+	k8s := map[string]any{"enabled": true}
+	if v := vc.KubernetesVersion; v != "" {
+		if !strings.HasPrefix(v, "v") {
+			v = "v" + v
+		}
+		// Set each component's tag rather than the distro.k8s.version
+		// shortcut, which only applies while the tags equal the chart's
+		// built-in default.
+		for _, c := range []string{"apiServer", "controllerManager", "scheduler"} {
+			k8s[c] = map[string]any{"image": map[string]any{"tag": v}}
+		}
+	}
+	controlPlane := map[string]any{
+		"distro":      map[string]any{"k8s": k8s},
+		"statefulSet": statefulSet,
+	}
+	if host := serverHost(server); host != "" {
+		controlPlane["proxy"] = map[string]any{"extraSANs": []any{host}}
+	}
+
+	values := map[string]any{
+		"controlPlane": controlPlane,
+		"experimental": map[string]any{"syncSettings": syncSettings},
+		"policies": map[string]any{
+			"resourceQuota": map[string]any{"enabled": true, "quota": resourceQuotaValues(vc.Leaf)},
+			"limitRange": map[string]any{
+				"enabled": true,
+				// Default requests stay (the quota counts requests, so every pod
+				// needs them); default limits go, so that a pod requesting more
+				// than a default limit is not rejected for it.
+				"default": map[string]any{"cpu": nil, "memory": nil, "ephemeral-storage": nil},
+			},
+		},
+		"exportKubeConfig": map[string]any{"server": server},
+	}
+	if vc.Tier == TierDedicated {
+		values["sync"] = map[string]any{
+			"toHost": map[string]any{"pods": map[string]any{
+				"enforceTolerations": []any{tolerationFor(s)},
+			}},
+			"fromHost": map[string]any{"nodes": map[string]any{
+				"enabled":          true,
+				"clearImageStatus": true,
+				"selector":         map[string]any{"labels": map[string]any{s.PoolLabel: s.DedicatedPool}},
+			}},
+		}
+	}
+	return values
+}
+
+func resourceQuotaValues(leaf QueueSpec) map[string]any {
+	// nil removes a chart default (Helm drops null keys when merging).
+	q := map[string]any{
+		"requests.cpu":                  nil,
+		"requests.memory":               nil,
+		"requests." + NvidiaGPUResource: nil,
+		"limits.cpu":                    nil,
+		"limits.memory":                 nil,
+		"limits.ephemeral-storage":      nil,
+	}
+	if leaf.Limit == nil {
+		return q
+	}
+	if l := leaf.Limit.CPUMillis; l >= 0 {
+		q["requests.cpu"] = resource.NewMilliQuantity(l+controlPlaneCPUMillis, resource.DecimalSI).String()
+	}
+	if l := leaf.Limit.MemoryBytes; l >= 0 {
+		q["requests.memory"] = resource.NewQuantity(l+controlPlaneMemoryBytes, resource.BinarySI).String()
+	}
+	if l := leaf.Limit.GPUCenti; l >= 0 {
+		// Only whole GPUs appear in requests; shared GPUs are annotations that
+		// KAI accounts for in the queue.
+		q["requests."+NvidiaGPUResource] = strconv.FormatInt(l/100, 10)
+	}
+	return q
+}
+
+// chartBefore021 reports whether a chart version still has
+// experimental.syncSettings.syncLabels. An empty or unparsable version is
+// treated as 0.20, the version gpuplane is tested against.
+func chartBefore021(version string) bool {
+	major, minor, ok := majorMinor(version)
+	if !ok {
+		return true
+	}
+	return major == 0 && minor < 21
+}
+
+func majorMinor(version string) (int, int, bool) {
+	parts := strings.SplitN(strings.TrimPrefix(strings.TrimSpace(version), "v"), ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(parts[1])
+	return major, minor, err1 == nil && err2 == nil
+}
+
+// ValidateValues checks values against the values.schema.json of the chart
+// in chartDir, after merging them over the chart's defaults exactly as Helm
+// does at install. The vCluster schema forbids unknown keys everywhere, so a
+// misspelt or moved key is caught here rather than silently ignored.
+func ValidateValues(chartDir string, values map[string]any) error {
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		return fmt.Errorf("hostcluster: load chart %s: %w", chartDir, err)
+	}
+	return validateChartValues(ch, values)
+}
+
+func validateChartValues(ch *chart.Chart, values map[string]any) error {
+	if len(ch.Schema) == 0 {
+		return nil
+	}
+	plain, err := jsonRoundTrip(values)
+	if err != nil {
+		return fmt.Errorf("hostcluster: values are not JSON-serialisable: %w", err)
+	}
+	merged, err := chartutil.CoalesceValues(ch, plain)
+	if err != nil {
+		return fmt.Errorf("hostcluster: merge values with chart %s defaults: %w", ch.Name(), err)
+	}
+	if err := chartutil.ValidateAgainstSchema(ch, merged); err != nil {
+		return &ValuesError{Chart: ch.Name(), Version: ch.Metadata.Version, Detail: strings.TrimSpace(err.Error())}
+	}
+	return nil
+}
+
+// ValuesError reports values the chart's schema rejects. Detail names each
+// bad path (e.g. "at '/experimental/syncSettings/setOwner': got string, want
+// boolean").
+type ValuesError struct {
+	Chart, Version string
+	Detail         string
+}
+
+func (e *ValuesError) Error() string {
+	detail := strings.TrimPrefix(e.Detail, e.Chart+":")
+	return fmt.Sprintf("hostcluster: values rejected by the schema of chart %s %s: %s", e.Chart, e.Version, strings.TrimSpace(detail))
+}
+
+// jsonRoundTrip turns typed Go values ([]string, int32, ...) into the
+// JSON-shaped maps Helm and the schema validator expect.
+func jsonRoundTrip(values map[string]any) (map[string]any, error) {
+	data, err := json.Marshal(values)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]any
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
