@@ -36,8 +36,8 @@ func (o fitOutcome) err() error {
 		if e, ok := errs.As(err); ok {
 			e.Kind = errs.KindFailedPrecondition
 			first := o.shortfalls[0]
-			e.Message = fmt.Sprintf("does not fit: %s %s has %s %s free, the request needs %s",
-				first.Level, first.Name, first.Free, first.Resource, first.Requested)
+			e.Message = fmt.Sprintf("does not fit in %s %s: %s free, %s requested (%s)",
+				first.Level, first.Name, first.Free, first.Requested, first.Resource)
 			e.With("free", first.Free).With("requested", first.Requested)
 		}
 		return err

@@ -136,6 +136,10 @@ func (s *Requests) readableRequest(ctx context.Context, a *identity.Access, name
 	return r, nil
 }
 
+// maxVirtualClusterID leaves room for the "vc-" prefix of the host
+// namespace and leaf queue within a 63-character DNS label.
+const maxVirtualClusterID = 60
+
 // desired is a validated request payload, ready to store and check.
 type desired struct {
 	kind   string
@@ -178,6 +182,10 @@ func (s *Service) validatePayload(ctx context.Context, q tenancy.Querier, team t
 		c := p.CreateVirtualCluster
 		d.vcID = c.GetVirtualClusterId()
 		names.ValidateID(&v, "request.create_virtual_cluster.virtual_cluster_id", d.vcID)
+		if len(d.vcID) > maxVirtualClusterID {
+			v.Add("request.create_virtual_cluster.virtual_cluster_id",
+				"must be at most %d characters: the host namespace and KAI leaf queue are named vc-<id>", maxVirtualClusterID)
+		}
 		spec := c.GetSpec()
 		if spec == nil {
 			v.Add("request.create_virtual_cluster.spec", "required")

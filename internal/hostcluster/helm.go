@@ -1,0 +1,405 @@
+package hostcluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"helm.sh/helm/v4/pkg/action"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/chart/v2/loader"
+	"helm.sh/helm/v4/pkg/cli"
+	"helm.sh/helm/v4/pkg/kube"
+	"helm.sh/helm/v4/pkg/registry"
+	helmrelease "helm.sh/helm/v4/pkg/release"
+	rcommon "helm.sh/helm/v4/pkg/release/common"
+	"helm.sh/helm/v4/pkg/storage/driver"
+)
+
+// ChartSource says where the vCluster chart comes from. Exactly one of Dir
+// and RepoURL is used; Dir wins.
+type ChartSource struct {
+	// Dir is a chart directory or packaged chart on local disk (tests and
+	// dev mode: VClusterChartDir). VirtualCluster.ChartVersion then only
+	// selects the values format and the control plane image tag.
+	Dir string
+	// RepoURL is a chart repository (https://charts.loft.sh) or an OCI
+	// reference to the chart itself (oci://host/path/vcluster); the
+	// version is VirtualCluster.ChartVersion.
+	RepoURL string
+	// Name of the chart in a RepoURL repository. Default "vcluster".
+	Name string
+}
+
+// VClusterModule is the Go module whose source holds the tested chart.
+const VClusterModule = "github.com/loft-sh/vcluster@v0.20.0"
+
+var (
+	chartDirMu    sync.Mutex
+	chartDirCache string
+)
+
+// VClusterChartDir returns the vCluster 0.20.0 chart inside the Go module
+// cache, downloading the module through the Go module proxy on first use
+// (`go mod download -json`). The chart directory is read-only; Helm only
+// reads it. The result is cached for the life of the process.
+func VClusterChartDir(ctx context.Context) (string, error) {
+	chartDirMu.Lock()
+	defer chartDirMu.Unlock()
+	if chartDirCache != "" {
+		return chartDirCache, nil
+	}
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", VClusterModule)
+	// Outside any module, so the download never touches a go.mod.
+	cmd.Dir = os.TempDir()
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off", "GO111MODULE=on")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var info struct{ Dir, Error string }
+	if jerr := json.Unmarshal(out, &info); jerr == nil && info.Error != "" {
+		return "", fmt.Errorf("hostcluster: go mod download %s: %s", VClusterModule, info.Error)
+	}
+	if err != nil {
+		return "", fmt.Errorf("hostcluster: go mod download %s: %w: %s", VClusterModule, err, strings.TrimSpace(stderr.String()))
+	}
+	if info.Dir == "" {
+		return "", fmt.Errorf("hostcluster: go mod download %s printed no module directory", VClusterModule)
+	}
+	dir := filepath.Join(info.Dir, "chart")
+	if _, err := os.Stat(filepath.Join(dir, "Chart.yaml")); err != nil {
+		return "", fmt.Errorf("hostcluster: no chart in module %s: %w", VClusterModule, err)
+	}
+	chartDirCache = dir
+	return dir, nil
+}
+
+// loadedChart is a parsed chart plus a digest of its files, so a changed
+// chart at the same version still triggers an upgrade.
+type loadedChart struct {
+	chart  *chart.Chart
+	digest string
+}
+
+func (c *Client) loadChart(version string) (*loadedChart, error) {
+	src := c.settings.Chart
+	key := "dir:" + src.Dir
+	if src.Dir == "" {
+		if src.RepoURL == "" {
+			return nil, errors.New("hostcluster: no chart source configured (Settings.Chart.Dir or RepoURL)")
+		}
+		if version == "" {
+			return nil, errors.New("hostcluster: ChartVersion is required with a chart repository")
+		}
+		key = "repo:" + src.RepoURL + "|" + src.Name + "|" + version
+	}
+	c.chartMu.Lock()
+	defer c.chartMu.Unlock()
+	if lc, ok := c.charts[key]; ok {
+		return lc, nil
+	}
+	path := src.Dir
+	if path == "" {
+		var err error
+		if path, err = c.downloadChart(src, version); err != nil {
+			return nil, err
+		}
+	}
+	ch, err := loader.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("hostcluster: load chart %s: %w", path, err)
+	}
+	var files []string
+	data := map[string][]byte{}
+	for _, f := range ch.Raw {
+		files = append(files, f.Name)
+		data[f.Name] = f.Data
+	}
+	sort.Strings(files)
+	h := sha256.New()
+	for _, name := range files {
+		fmt.Fprintf(h, "%s\x00%d\x00", name, len(data[name]))
+		h.Write(data[name])
+	}
+	lc := &loadedChart{chart: ch, digest: hex.EncodeToString(h.Sum(nil))}
+	c.charts[key] = lc
+	return lc, nil
+}
+
+func (c *Client) downloadChart(src ChartSource, version string) (string, error) {
+	settings := cli.New()
+	cfg, err := c.helmConfig("default")
+	if err != nil {
+		return "", err
+	}
+	reg, err := registry.NewClient(registry.ClientOptEnableCache(true))
+	if err != nil {
+		return "", fmt.Errorf("hostcluster: registry client: %w", err)
+	}
+	cfg.RegistryClient = reg
+	install := action.NewInstall(cfg)
+	install.Version = version
+	ref := src.RepoURL
+	if !registry.IsOCI(ref) {
+		install.RepoURL = src.RepoURL
+		ref = src.Name
+		if ref == "" {
+			ref = "vcluster"
+		}
+	}
+	path, err := install.LocateChart(ref, settings)
+	if err != nil {
+		return "", fmt.Errorf("hostcluster: fetch chart %s version %s from %s: %w", ref, version, src.RepoURL, err)
+	}
+	return path, nil
+}
+
+// Release-level labels (stored on Helm's release Secret).
+const (
+	releaseLabelValuesHash = "gpuplane.io/values-hash"
+	releaseLabelGeneration = "gpuplane.io/generation"
+)
+
+// ReleaseResult says what EnsureRelease did.
+type ReleaseResult struct {
+	Action     string // "installed", "upgraded" or "unchanged"
+	Revision   int
+	ValuesHash string
+}
+
+// EnsureRelease installs or upgrades the vCluster release <name> in the host
+// namespace (which must exist). Values are validated against the chart's
+// schema first. When the deployed release already has the same values and
+// chart (compared by a hash stored as a release label) nothing is sent to the
+// API server, so a resync costs one Secret read. It never waits for pods:
+// readiness is Observe's business.
+func (c *Client) EnsureRelease(ctx context.Context, vc VirtualCluster) (ReleaseResult, error) {
+	if err := vc.Validate(); err != nil {
+		return ReleaseResult{}, err
+	}
+	lc, err := c.loadChart(vc.ChartVersion)
+	if err != nil {
+		return ReleaseResult{}, err
+	}
+	values, err := jsonRoundTrip(RenderVClusterValues(vc, c.settings))
+	if err != nil {
+		return ReleaseResult{}, err
+	}
+	if err := validateChartValues(lc.chart, values); err != nil {
+		return ReleaseResult{}, err
+	}
+	hash := valuesHash(values, lc.digest)
+	res := ReleaseResult{ValuesHash: hash}
+	labels := map[string]string{releaseLabelValuesHash: hash, releaseLabelGeneration: fmt.Sprint(vc.Generation)}
+
+	ns, name := NamespaceName(vc.Name), ReleaseName(vc.Name)
+	cfg, err := c.helmConfig(ns)
+	if err != nil {
+		return res, err
+	}
+	last, err := cfg.Releases.Last(name)
+	if err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
+		return res, fmt.Errorf("hostcluster: read release %s/%s: %w", ns, name, err)
+	}
+	var status rcommon.Status
+	if last != nil {
+		acc, err := helmrelease.NewAccessor(last)
+		if err != nil {
+			return res, err
+		}
+		status = rcommon.Status(acc.Status())
+		res.Revision = acc.Version()
+		if status == rcommon.StatusDeployed && acc.Labels()[releaseLabelValuesHash] == hash {
+			res.Action = "unchanged"
+			return res, nil
+		}
+		if status.IsPending() {
+			return res, fmt.Errorf("hostcluster: release %s/%s is %s (revision %d): another Helm operation is running or was interrupted; it needs a rollback or uninstall by an operator", ns, name, status, res.Revision)
+		}
+	}
+
+	timeout := c.helmTimeout(ctx)
+	if last == nil || status == rcommon.StatusUninstalled {
+		in := action.NewInstall(cfg)
+		in.ReleaseName = name
+		in.Namespace = ns
+		in.Labels = labels
+		in.Replace = last != nil // reuse the name of an uninstalled release kept in history
+		in.WaitStrategy = kube.HookOnlyStrategy
+		in.Timeout = timeout
+		in.ForceConflicts = true
+		in.SkipSchemaValidation = true // done above, with a clearer error
+		in.Description = fmt.Sprintf("gpuplane generation %d", vc.Generation)
+		rel, err := in.RunWithContext(ctx, lc.chart, values)
+		if err != nil {
+			return res, fmt.Errorf("hostcluster: helm install %s/%s: %w", ns, name, err)
+		}
+		res.Action = "installed"
+		res.Revision = releaseVersion(rel)
+		return res, nil
+	}
+	up := action.NewUpgrade(cfg)
+	up.Namespace = ns
+	up.Labels = labels
+	up.WaitStrategy = kube.HookOnlyStrategy
+	up.Timeout = timeout
+	up.ServerSideApply = "true"
+	up.ForceConflicts = true
+	up.MaxHistory = 5
+	up.SkipSchemaValidation = true
+	up.Description = fmt.Sprintf("gpuplane generation %d", vc.Generation)
+	rel, err := up.RunWithContext(ctx, name, lc.chart, values)
+	if err != nil {
+		return res, fmt.Errorf("hostcluster: helm upgrade %s/%s: %w", ns, name, err)
+	}
+	res.Action = "upgraded"
+	res.Revision = releaseVersion(rel)
+	return res, nil
+}
+
+// UninstallRelease removes the release and its history; a missing release is
+// success.
+func (c *Client) UninstallRelease(ctx context.Context, vcName string) error {
+	ns, name := NamespaceName(vcName), ReleaseName(vcName)
+	cfg, err := c.helmConfig(ns)
+	if err != nil {
+		return err
+	}
+	un := action.NewUninstall(cfg)
+	un.IgnoreNotFound = true
+	un.WaitStrategy = kube.HookOnlyStrategy
+	un.Timeout = c.helmTimeout(ctx)
+	if _, err := un.Run(name); err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
+		return fmt.Errorf("hostcluster: helm uninstall %s/%s: %w", ns, name, err)
+	}
+	return nil
+}
+
+// releaseState reads the last revision of the release, or nil.
+func (c *Client) releaseState(vcName string) (*ReleaseState, error) {
+	ns, name := NamespaceName(vcName), ReleaseName(vcName)
+	cfg, err := c.helmConfig(ns)
+	if err != nil {
+		return nil, err
+	}
+	last, err := cfg.Releases.Last(name)
+	if errors.Is(err, driver.ErrReleaseNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	acc, err := helmrelease.NewAccessor(last)
+	if err != nil {
+		return nil, err
+	}
+	return &ReleaseState{
+		Status:     acc.Status(),
+		Revision:   acc.Version(),
+		ValuesHash: acc.Labels()[releaseLabelValuesHash],
+	}, nil
+}
+
+func releaseVersion(rel helmrelease.Releaser) int {
+	if acc, err := helmrelease.NewAccessor(rel); err == nil {
+		return acc.Version()
+	}
+	return 0
+}
+
+// helmTimeout bounds Helm's own operations by the caller's deadline.
+func (c *Client) helmTimeout(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		if left := time.Until(d); left > 0 {
+			return left
+		}
+	}
+	return 5 * time.Minute
+}
+
+// valuesHash identifies a (values, chart) pair. It is cut to fit a label
+// value (63 characters).
+func valuesHash(values map[string]any, chartDigest string) string {
+	data, _ := json.Marshal(values) // maps marshal with sorted keys
+	h := sha256.New()
+	h.Write(data)
+	h.Write([]byte{0})
+	h.Write([]byte(chartDigest))
+	return hex.EncodeToString(h.Sum(nil))[:40]
+}
+
+// helmConfig builds a Helm action configuration for one namespace. The
+// discovery cache and REST mapper are shared across namespaces; Helm itself
+// invalidates discovery once per install or upgrade.
+func (c *Client) helmConfig(namespace string) (*action.Configuration, error) {
+	cfg := action.NewConfiguration(action.ConfigurationSetLogger(c.log.Handler()))
+	getter := &restGetter{config: c.config, discovery: c.discovery, mapper: c.mapper, namespace: namespace}
+	if err := cfg.Init(getter, namespace, "secret"); err != nil {
+		return nil, fmt.Errorf("hostcluster: helm configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// restGetter adapts a *rest.Config to the RESTClientGetter Helm expects
+// (normally built from a kubeconfig file and CLI flags).
+type restGetter struct {
+	config    *rest.Config
+	discovery discovery.CachedDiscoveryInterface
+	mapper    meta.RESTMapper
+	namespace string
+}
+
+func (g *restGetter) ToRESTConfig() (*rest.Config, error) { return rest.CopyConfig(g.config), nil }
+func (g *restGetter) ToDiscoveryClient() (discovery.CachedDiscoveryInterface, error) {
+	return g.discovery, nil
+}
+func (g *restGetter) ToRESTMapper() (meta.RESTMapper, error) { return g.mapper, nil }
+func (g *restGetter) ToRawKubeConfigLoader() clientcmd.ClientConfig {
+	return namespaceClientConfig{getter: g}
+}
+
+// namespaceClientConfig only answers what Helm asks of a kubeconfig: the
+// REST config and the default namespace.
+type namespaceClientConfig struct{ getter *restGetter }
+
+func (n namespaceClientConfig) RawConfig() (clientcmdapi.Config, error) {
+	return clientcmdapi.Config{}, nil
+}
+func (n namespaceClientConfig) ClientConfig() (*rest.Config, error) {
+	return n.getter.ToRESTConfig()
+}
+func (n namespaceClientConfig) Namespace() (string, bool, error) {
+	return n.getter.namespace, true, nil
+}
+func (n namespaceClientConfig) ConfigAccess() clientcmd.ConfigAccess {
+	return clientcmd.NewDefaultClientConfigLoadingRules()
+}
+
+func newDiscovery(config *rest.Config) (discovery.CachedDiscoveryInterface, meta.RESTMapper, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(config)
+	if err != nil {
+		return nil, nil, err
+	}
+	cached := memory.NewMemCacheClient(dc)
+	mapper := restmapper.NewShortcutExpander(restmapper.NewDeferredDiscoveryRESTMapper(cached), cached, nil)
+	return cached, mapper, nil
+}
