@@ -12,11 +12,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/rest"
 
 	"github.com/gpuplane/gpuplane/internal/approval"
 	"github.com/gpuplane/gpuplane/internal/audit"
 	"github.com/gpuplane/gpuplane/internal/identity"
+	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/quota"
+	"github.com/gpuplane/gpuplane/internal/reconcile"
 	"github.com/gpuplane/gpuplane/internal/server"
 	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/tenancy"
@@ -32,6 +35,8 @@ type Options struct {
 	OIDCCACert []byte
 	// Now overrides the clock (expiry tests).
 	Now func() time.Time
+	// HostConfig overrides the host cluster from configuration.
+	HostConfig *rest.Config
 }
 
 // App is a built, listening gpuplane server.
@@ -42,6 +47,8 @@ type App struct {
 	server   *server.Server
 	Approval *approval.Service
 	Tenancy  *tenancy.Service
+	Host     *hostcluster.Client // nil without a host cluster
+	Worker   *reconcile.Worker   // nil unless cfg.RunWorker
 	closers  []func()
 }
 
@@ -95,7 +102,28 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		return nil, fmt.Errorf("OIDC: %w", err)
 	}
 
+	rc := opts.HostConfig
+	if rc == nil {
+		if rc, err = hostConfig(cfg); err != nil {
+			return nil, err
+		}
+	}
+	if rc != nil {
+		if a.Host, err = newHostClient(rc, cfg, a.log); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.RunWorker {
+		if a.Host == nil {
+			return nil, errors.New("--run-worker needs a host cluster (--kubeconfig, KUBECONFIG or in-cluster config)")
+		}
+		a.Worker = reconcile.New(a.pool, a.Host, a.log, reconcile.Config{Concurrency: cfg.WorkerConcurrency, Resync: cfg.ResyncInterval})
+	}
+
 	capacity := opts.Capacity
+	if capacity == nil && a.Host != nil {
+		capacity = &nodeCapacity{host: a.Host, ttl: 15 * time.Second}
+	}
 	if capacity == nil {
 		var v []string
 		var c quota.Resources
@@ -178,6 +206,14 @@ func (a *App) Run(ctx context.Context) error {
 	if a.cfg.ExpiryInterval > 0 {
 		go a.expiryLoop(ctx)
 	}
+	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
+	workerDone := make(chan struct{})
+	if a.Worker != nil {
+		go func() { defer close(workerDone); _ = a.Worker.Run(workerCtx) }()
+	} else {
+		close(workerDone)
+	}
+	defer func() { stopWorker(); <-workerDone }()
 	a.log.Info("gpuplane serving", "grpc", a.GRPCAddr(), "http", a.HTTPAddr())
 	select {
 	case err := <-errc:
@@ -225,4 +261,29 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 		return err
 	}
 	return a.Run(ctx)
+}
+
+// RunWorker runs only the host-cluster worker (gpuplane worker): no API
+// servers. Several replicas may run; claims use row leases.
+func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
+	if log == nil {
+		log = NewLogger(cfg)
+	}
+	pool, err := store.Open(ctx, cfg.DatabaseURL, int32(cfg.DatabaseMaxConns))
+	if err != nil {
+		return fmt.Errorf("open database: %w", err)
+	}
+	defer pool.Close()
+	rc, err := hostConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if rc == nil {
+		return errors.New("the worker needs a host cluster (--kubeconfig, KUBECONFIG or in-cluster config)")
+	}
+	host, err := newHostClient(rc, cfg, log)
+	if err != nil {
+		return err
+	}
+	return reconcile.New(pool, host, log, reconcile.Config{Concurrency: cfg.WorkerConcurrency, Resync: cfg.ResyncInterval}).Run(ctx)
 }

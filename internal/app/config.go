@@ -32,13 +32,21 @@ type Config struct {
 
 	PlatformAdminGroups string `flag:"platform-admin-groups" help:"comma-separated OIDC groups whose members are platform admins"`
 
-	CapacityGPU    string  `flag:"capacity-gpu" help:"static host capacity: GPUs (used until the worker reads nodes)"`
+	CapacityGPU    string  `flag:"capacity-gpu" help:"static host capacity: GPUs (used only without a host cluster; with one, nodes are read)"`
 	CapacityCPU    string  `flag:"capacity-cpu" help:"static host capacity: CPU (e.g. 256 or 500m)"`
 	CapacityMemory string  `flag:"capacity-memory" help:"static host capacity: memory (e.g. 2Ti)"`
 	Overcommit     float64 `flag:"overcommit" help:"sum of department budgets may reach host capacity x this ratio"`
 
 	DefaultKubernetesVersion string `flag:"default-kubernetes-version" help:"virtual cluster Kubernetes version when a request names none"`
 	DefaultChartVersion      string `flag:"default-chart-version" help:"vCluster chart version when a request names none"`
+
+	Kubeconfig        string        `flag:"kubeconfig" env:"KUBECONFIG" help:"host cluster kubeconfig; empty: in-cluster config when running in a pod, else no host cluster"`
+	RunWorker         bool          `flag:"run-worker" help:"serve also runs the host-cluster worker (small installs)"`
+	WorkerConcurrency int           `flag:"worker-concurrency" help:"virtual clusters reconciled at once"`
+	ResyncInterval    time.Duration `flag:"resync-interval" help:"how often every virtual cluster is re-applied to repair drift"`
+	VClusterChartDir  string        `flag:"vcluster-chart-dir" help:"vCluster chart from a local directory (dev/tests)"`
+	VClusterChartRepo string        `flag:"vcluster-chart-repo" help:"vCluster chart repository URL or OCI reference"`
+	KubeconfigServer  string        `flag:"vcluster-kubeconfig-server" help:"API address written into virtual clusters' kubeconfigs ({name}, {namespace} are replaced)"`
 
 	ExpiryInterval  time.Duration `flag:"expiry-interval" help:"how often expired virtual clusters get delete requests (0 = never)"`
 	ShutdownTimeout time.Duration `flag:"shutdown-timeout" help:"graceful stop deadline"`
@@ -62,6 +70,9 @@ func Defaults() Config {
 		Overcommit:               1.0,
 		DefaultKubernetesVersion: "v1.31.1",
 		DefaultChartVersion:      "0.20.0",
+		WorkerConcurrency:        4,
+		ResyncInterval:           5 * time.Minute,
+		VClusterChartRepo:        "https://charts.loft.sh",
 		ExpiryInterval:           time.Minute,
 		ShutdownTimeout:          20 * time.Second,
 		LogFormat:                "json",

@@ -14,6 +14,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/policy"
 	"github.com/gpuplane/gpuplane/internal/quota"
 	"github.com/gpuplane/gpuplane/internal/tenancy"
+	"github.com/gpuplane/gpuplane/internal/workqueue"
 )
 
 // fitOutcome is the "will it fit" answer for one request.
@@ -239,8 +240,7 @@ func (s *Service) moveVirtualCluster(ctx context.Context, tx pgx.Tx, actor ident
 	if err != nil {
 		return 0, err
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO reconcile_work (virtual_cluster_id) VALUES ($1)
-		ON CONFLICT (virtual_cluster_id) DO UPDATE SET run_after = now(), attempts = 0, last_error = ''`, id); err != nil {
+	if err := workqueue.Enqueue(ctx, tx, id); err != nil {
 		return 0, err
 	}
 	dept := ""

@@ -267,6 +267,9 @@ func (s *Service) validatePayload(ctx context.Context, q tenancy.Querier, team t
 			return d, v.Err()
 		}
 		d.vcID = vcID
+		if c.GetQuota() == nil {
+			v.Add(f+".quota", "required: the new guaranteed quota (an unset quota would mean zero)")
+		}
 		d.quota = tenancy.QuotaFromProto(&v, f+".quota", c.GetQuota())
 		checkGPU(f+".quota.gpu", d.quota.GPU)
 		d.limit = checkLimit(f+".limit", c.GetLimit(), d.quota)

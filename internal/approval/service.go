@@ -40,11 +40,13 @@ func (s *Service) log() *slog.Logger {
 	return slog.Default()
 }
 
-// program compiles a policy once per version.
+// program compiles a policy once per version. The expression is compared
+// too: a policy deleted and created again under the same id starts over at
+// version 1 with a different expression.
 func (s *Service) program(id string, version int64, expr string) (*policy.Program, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c, ok := s.programs[id]; ok && c.version == version {
+	if c, ok := s.programs[id]; ok && c.version == version && c.prg.Expression() == expr {
 		return c.prg, nil
 	}
 	prg, err := policy.Compile(expr)

@@ -62,10 +62,14 @@ func Record(ctx context.Context, tx pgx.Tx, e Event) error {
 	if groups == nil {
 		groups = []string{}
 	}
+	// time is when the event is written, not now() (the transaction's start):
+	// a transaction that waited for a lock behind another change must not
+	// be recorded as happening before that change; events are listed by id,
+	// i.e. in the order they were written.
 	_, err = tx.Exec(ctx, `
-		INSERT INTO audit_events (actor, actor_groups, action, resource, request_id, correlation_id,
+		INSERT INTO audit_events (time, actor, actor_groups, action, resource, request_id, correlation_id,
 		                          department_id, team_id, before, after)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		VALUES (clock_timestamp(), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 		e.Actor.Subject, groups, e.Action, e.Resource, e.RequestID, e.CorrelationID,
 		e.Department, e.Team, before, after)
 	return err

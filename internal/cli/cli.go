@@ -17,7 +17,8 @@ import (
 const usage = `usage: gpuplane <command> [flags]
 
 commands:
-  serve                 run the API server (gRPC + REST)
+  serve                 run the API server (gRPC + REST); --run-worker also runs the worker
+  worker                run the host-cluster worker (turns approved requests into host objects)
   migrate up|down [N]|version|force V
                         manage the database schema
   dev                   run everything locally on embedded defaults (make run)
@@ -54,6 +55,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		cfg.Print(stderr)
 		return fail(app.Run(ctx, cfg, app.Options{}))
+	case "worker":
+		if err := fs.Parse(args[1:]); err != nil {
+			return 2
+		}
+		cfg.Print(stderr)
+		return fail(app.RunWorker(ctx, cfg, nil))
 	case "migrate":
 		if err := fs.Parse(args[1:]); err != nil {
 			return 2

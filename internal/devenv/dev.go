@@ -8,14 +8,18 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
+
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpuplane/gpuplane/internal/app"
 	"github.com/gpuplane/gpuplane/internal/devenv/oidcdev"
 	"github.com/gpuplane/gpuplane/internal/devenv/pgserver"
+	"github.com/gpuplane/gpuplane/internal/envtestenv"
+	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/store"
-	"github.com/gpuplane/gpuplane/internal/tenancy"
 )
 
 // DefaultIssuerAddr is where the dev issuer listens, so `gpuplane dev
@@ -69,7 +73,39 @@ func Run(ctx context.Context, o Options) error {
 	cfg.OIDCIssuerURL = iss.IssuerURL()
 	cfg.OIDCCAFile = ""
 
-	a, err := app.New(ctx, cfg, app.Options{Logger: logger, Capacity: tenancy.StaticCapacity(DemoCapacity), OIDCCACert: iss.CACertPEM()})
+	opts := app.Options{Logger: logger, OIDCCACert: iss.CACertPEM()}
+	if cfg.Kubeconfig == "" {
+		say("starting a local Kubernetes API server as the host cluster (kube-apiserver + etcd, no kubelets)...")
+		env, err := envtestenv.Start(ctx, envtestenv.Options{Logf: func(f string, a ...any) { logger.Debug(fmt.Sprintf(f, a...)) }})
+		if err != nil {
+			return fmt.Errorf("local host cluster: %w (run 'make envtest' first)", err)
+		}
+		defer env.Stop()
+		kube, err := kubernetes.NewForConfig(env.RESTConfig())
+		if err != nil {
+			return err
+		}
+		if err := CreateNodes(ctx, kube, DemoNodes); err != nil {
+			return err
+		}
+		kubeconfig := filepath.Join(DevStateDir(), "kubeconfig")
+		if err := env.WriteKubeconfig(kubeconfig); err != nil {
+			return err
+		}
+		say("host cluster ready: export KUBECONFIG=%s; kubectl get nodes,queues", kubeconfig)
+		opts.HostConfig = env.RESTConfig()
+		go SimulateControlPlanes(ctx, env.RESTConfig(), 2*time.Second, func(f string, a ...any) { logger.Warn(fmt.Sprintf(f, a...)) })
+	}
+	cfg.RunWorker = true
+	if cfg.VClusterChartDir == "" {
+		say("locating the vCluster chart in the Go module cache (%s)...", hostcluster.VClusterModule)
+		dir, err := hostcluster.VClusterChartDir(ctx)
+		if err != nil {
+			return fmt.Errorf("vCluster chart: %w", err)
+		}
+		cfg.VClusterChartDir = dir
+	}
+	a, err := app.New(ctx, cfg, opts)
 	if err != nil {
 		return err
 	}

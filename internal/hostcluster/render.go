@@ -5,8 +5,8 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	admissionac "k8s.io/client-go/applyconfigurations/admissionregistration/v1"
@@ -19,6 +19,9 @@ import (
 var QueueGVR = schema.GroupVersionResource{Group: "scheduling.run.ai", Version: "v2", Resource: "queues"}
 
 const namespaceNameLabel = "kubernetes.io/metadata.name"
+
+// kaiDefaultPriority is what KAI assumes for a queue without a priority.
+const kaiDefaultPriority = 100
 
 // RenderNamespace renders the host namespace. Pod Security "baseline" is
 // enforced because every tenant pod lands here through the vCluster syncer:
@@ -81,9 +84,13 @@ func queueSpecObject(display, parent string, spec QueueSpec) map[string]any {
 	if parent != "" {
 		out["parentQueue"] = parent
 	}
-	if spec.Priority != 0 {
-		out["priority"] = int64(spec.Priority)
+	// Always written: a field gpuplane leaves out is not reverted by server-
+	// side apply when someone else sets it, so "KAI's default" is spelt out.
+	priority := int64(spec.Priority)
+	if priority == 0 {
+		priority = kaiDefaultPriority
 	}
+	out["priority"] = priority
 	return out
 }
 
@@ -159,7 +166,7 @@ func RenderGuardrails(vc VirtualCluster, mutating bool) Guardrails {
 
 	validations := []*admissionac.ValidationApplyConfiguration{
 		admissionac.Validation().
-			WithExpression(`!variables.gpuPod || ` + celKAIPod).
+			WithExpression(`!variables.gpuPod || (` + celKAIPod + `)`).
 			WithReason(metav1.StatusReasonForbidden).
 			WithMessageExpression(`'pods using GPUs must set spec.schedulerName: ` + KAISchedulerName + ` (got "' + ` +
 				`(has(object.spec.schedulerName) ? object.spec.schedulerName : 'default-scheduler') + ` +
@@ -212,7 +219,7 @@ func RenderGuardrails(vc VirtualCluster, mutating bool) Guardrails {
 				WithMatchConstraints(podRules).
 				WithMatchConditions(admissionac.MatchCondition().
 					WithName("kai-pod-without-queue").
-					WithExpression(`(` + celRequestsGPU + ` || ` + celSharedGPU + ` || ` + celKAIPod + `) && !(` + celHasQueue + `)`)).
+					WithExpression(`((` + celRequestsGPU + `) || (` + celSharedGPU + `) || (` + celKAIPod + `)) && !(` + celHasQueue + `)`)).
 				WithReinvocationPolicy(admissionv1.NeverReinvocationPolicy).
 				WithMutations(admissionac.Mutation().
 					WithPatchType(admissionv1.PatchTypeApplyConfiguration).
@@ -226,7 +233,6 @@ func RenderGuardrails(vc VirtualCluster, mutating bool) Guardrails {
 	}
 	return g
 }
-
 
 // RenderNetworkPolicy isolates the tenant namespace: ingress only from pods
 // in the same namespace and from the configured platform namespaces, so

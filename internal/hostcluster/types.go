@@ -51,7 +51,7 @@ type Quantities struct {
 //
 // A negative value in Quota means "unlimited" (-1 in KAI); a negative value
 // inside a non-nil Limit means "no limit" for that resource only. Priority 0
-// means "KAI's default" (100): the field is then left out of the Queue.
+// means KAI's default, 100.
 type QueueSpec struct {
 	Quota           Quantities
 	Limit           *Quantities // nil = no limit (-1) for every resource

@@ -18,6 +18,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/quota"
 	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/store/filter"
+	"github.com/gpuplane/gpuplane/internal/workqueue"
 )
 
 // Departments implements pb.DepartmentServiceServer.
@@ -268,19 +269,19 @@ func (s *Departments) UpdateDepartment(ctx context.Context, req *pb.UpdateDepart
 			next.AdminGroups = groups
 		}
 		if paths["quota_budget"] {
-			next.Budget = budget
+			next.Budget = maskedQuota(paths, "quota_budget", cur.Budget, budget)
 			cluster, err := s.ClusterNode(ctx, tx, id)
 			if err != nil {
 				return err
 			}
-			if err := quota.FitError("department.quota_budget", quota.CheckFitChange([]quota.Node{cluster}, cur.Budget, budget)); err != nil {
+			if err := quota.FitError("department.quota_budget", quota.CheckFitChange([]quota.Node{cluster}, cur.Budget, next.Budget)); err != nil {
 				return err
 			}
 			children, err := ChildrenOfDepartment(ctx, tx, id)
 			if err != nil {
 				return err
 			}
-			if err := BelowChildrenError("department.quota_budget", "department", d.GetName(), budget, children); err != nil {
+			if err := BelowChildrenError("department.quota_budget", "department", d.GetName(), next.Budget, children); err != nil {
 				return err
 			}
 		}
@@ -293,6 +294,12 @@ func (s *Departments) UpdateDepartment(ctx context.Context, req *pb.UpdateDepart
 			return err
 		}
 		out = row.proto()
+		if paths["quota_budget"] {
+			// The department's KAI parent queue carries the budget.
+			if err := workqueue.EnqueueDepartment(ctx, tx, id); err != nil {
+				return err
+			}
+		}
 		return audit.Record(ctx, tx, audit.Event{
 			Actor: a.Principal, Action: "UpdateDepartment", Resource: out.Name,
 			CorrelationID: s.correlationID(ctx), Department: id, Before: before, After: out,
@@ -358,6 +365,13 @@ func hasDependents(err error, resource string) error {
 
 // maskPaths validates an update mask against the allowed paths; empty or
 // "*" selects them all.
+//
+// grpc-gateway derives the mask of a REST PATCH from the fields present in
+// the body, so two more forms are accepted: output-only fields (name, etag,
+// create_time, update_time), which are ignored rather than refused (a client
+// sends the etag in the body to get the optimistic-concurrency check), and
+// sub-fields of a quota ("quota.gpu"), which select the parent too and are
+// applied by maskedQuota.
 func maskPaths(paths []string, allowed ...string) (map[string]bool, error) {
 	out := map[string]bool{}
 	if len(paths) == 0 || (len(paths) == 1 && paths[0] == "*") {
@@ -366,11 +380,53 @@ func maskPaths(paths []string, allowed ...string) (map[string]bool, error) {
 		}
 		return out, nil
 	}
+	whole := map[string]bool{}
 	for _, p := range paths {
-		if !slices.Contains(allowed, p) {
+		switch parent, sub, _ := strings.Cut(p, "."); {
+		case slices.Contains(allowed, p):
+			out[p], whole[p] = true, true
+		case slices.Contains(outputOnlyPaths, p):
+		case slices.Contains(allowed, parent) && slices.Contains(quotaParents, parent) && isQuotaField(sub):
+			out[parent], out[p] = true, true
+		default:
 			return nil, errs.InvalidField("update_mask", "path %q cannot be updated; updatable: %s", p, strings.Join(allowed, ", "))
 		}
-		out[p] = true
+	}
+	// A whole quota in the mask wins over its sub-fields.
+	for p := range out {
+		if parent, _, ok := strings.Cut(p, "."); ok && whole[parent] {
+			delete(out, p)
+		}
 	}
 	return out, nil
+}
+
+// outputOnlyPaths may appear in a mask but are never updated.
+var outputOnlyPaths = []string{"name", "etag", "create_time", "update_time"}
+
+// quotaParents are the Quota-typed fields whose sub-fields a mask may name.
+var quotaParents = []string{"quota", "quota_budget"}
+
+func isQuotaField(f string) bool {
+	for _, k := range quota.AllResources {
+		if k.Field() == f {
+			return true
+		}
+	}
+	return false
+}
+
+// maskedQuota is the quota an update leaves: body when the mask names field
+// as a whole, otherwise cur with only the masked sub-fields taken from body.
+func maskedQuota(paths map[string]bool, field string, cur, body quota.Resources) quota.Resources {
+	next, partial := cur, false
+	for _, k := range quota.AllResources {
+		if paths[field+"."+k.Field()] {
+			next, partial = next.With(k, body.Get(k)), true
+		}
+	}
+	if !partial {
+		return body
+	}
+	return next
 }

@@ -203,11 +203,14 @@ func (s *Members) CreateMember(ctx context.Context, req *pb.CreateMemberRequest)
 	if !validRole(m.GetRole()) {
 		v.Add("member.role", "must be OWNER, MEMBER or VIEWER")
 	}
+	// member_id is optional: when empty it is derived from the principal
+	// (and a missing principal has its own violation already).
 	id := req.GetMemberId()
-	if id == "" && kind != "" {
-		id = derivedMemberID(kind, principal)
-	} else {
+	switch {
+	case id != "":
 		names.ValidateID(&v, "member_id", id)
+	case kind != "":
+		id = derivedMemberID(kind, principal)
 	}
 	if err := v.Err(); err != nil {
 		return nil, err

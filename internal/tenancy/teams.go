@@ -16,6 +16,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/quota"
 	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/store/filter"
+	"github.com/gpuplane/gpuplane/internal/workqueue"
 )
 
 // Teams implements pb.TeamServiceServer.
@@ -288,7 +289,7 @@ func (s *Teams) UpdateTeam(ctx context.Context, req *pb.UpdateTeamRequest) (*pb.
 			next.Tier = tier
 		}
 		if paths["quota"] {
-			next.Quota = q
+			next.Quota = maskedQuota(paths, "quota", cur.Quota, q)
 		}
 		if next.Tier == "DEDICATED" {
 			if !next.Quota.GPU.IsWhole() {
@@ -309,14 +310,14 @@ func (s *Teams) UpdateTeam(ctx context.Context, req *pb.UpdateTeamRequest) (*pb.
 			if err != nil {
 				return err
 			}
-			if err := quota.FitError("team.quota", quota.CheckFitChange([]quota.Node{node}, cur.Quota, q)); err != nil {
+			if err := quota.FitError("team.quota", quota.CheckFitChange([]quota.Node{node}, cur.Quota, next.Quota)); err != nil {
 				return err
 			}
 			children, err := ChildrenOfTeam(ctx, tx, cur.ID)
 			if err != nil {
 				return err
 			}
-			if err := BelowChildrenError("team.quota", "team", t.GetName(), q, children); err != nil {
+			if err := BelowChildrenError("team.quota", "team", t.GetName(), next.Quota, children); err != nil {
 				return err
 			}
 		}
@@ -341,13 +342,9 @@ func (s *Teams) UpdateTeam(ctx context.Context, req *pb.UpdateTeamRequest) (*pb.
 }
 
 // EnqueueTeamVirtualClusters asks the worker to re-apply every live virtual
-// cluster of a team (its parent queue changed).
+// cluster of a team (its parent queue or its members changed).
 func EnqueueTeamVirtualClusters(ctx context.Context, tx pgx.Tx, team string) error {
-	_, err := tx.Exec(ctx, `
-		INSERT INTO reconcile_work (virtual_cluster_id)
-		SELECT id FROM virtual_clusters WHERE team_id = $1 AND phase NOT IN ('PENDING_APPROVAL', 'REJECTED', 'DELETED')
-		ON CONFLICT (virtual_cluster_id) DO UPDATE SET run_after = now(), attempts = 0`, team)
-	return err
+	return workqueue.EnqueueTeam(ctx, tx, team)
 }
 
 func (s *Teams) DeleteTeam(ctx context.Context, req *pb.DeleteTeamRequest) (*emptypb.Empty, error) {

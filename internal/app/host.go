@@ -1,0 +1,79 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gpuplane/gpuplane/internal/hostcluster"
+	"github.com/gpuplane/gpuplane/internal/quota"
+)
+
+// hostConfig returns the host cluster's REST config, or nil when none is
+// configured (no kubeconfig and not running in a pod).
+func hostConfig(cfg Config) (*rest.Config, error) {
+	if cfg.Kubeconfig != "" {
+		rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("host cluster kubeconfig %s: %w", cfg.Kubeconfig, err)
+		}
+		return rc, nil
+	}
+	if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+		rc, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster config: %w", err)
+		}
+		return rc, nil
+	}
+	return nil, nil
+}
+
+func newHostClient(rc *rest.Config, cfg Config, log *slog.Logger) (*hostcluster.Client, error) {
+	rc = rest.CopyConfig(rc)
+	rc.QPS, rc.Burst = 50, 100
+	settings := hostcluster.Settings{KubeconfigServer: cfg.KubeconfigServer}
+	if cfg.VClusterChartDir != "" {
+		settings.Chart = hostcluster.ChartSource{Dir: cfg.VClusterChartDir}
+	} else {
+		settings.Chart = hostcluster.ChartSource{RepoURL: cfg.VClusterChartRepo}
+	}
+	return hostcluster.New(rc, hostcluster.Options{Settings: settings, Logger: log})
+}
+
+// nodeCapacity reads host capacity from the nodes, cached briefly because
+// every approval asks for it.
+type nodeCapacity struct {
+	host *hostcluster.Client
+	ttl  time.Duration
+
+	mu      sync.Mutex
+	at      time.Time
+	cached  quota.Resources
+	lastErr error
+}
+
+func (n *nodeCapacity) Capacity(ctx context.Context) (quota.Resources, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if time.Since(n.at) < n.ttl && n.lastErr == nil {
+		return n.cached, nil
+	}
+	pools, err := n.host.Capacity(ctx)
+	if err != nil {
+		n.lastErr = err
+		return quota.Resources{}, err
+	}
+	var total quota.Resources
+	for _, q := range pools {
+		total = total.Add(quota.Resources{GPU: quota.GPU(q.GPUCenti), CPUMillis: q.CPUMillis, MemoryBytes: q.MemoryBytes})
+	}
+	n.cached, n.at, n.lastErr = total, time.Now(), nil
+	return total, nil
+}

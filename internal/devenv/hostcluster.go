@@ -1,0 +1,143 @@
+package devenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/gpuplane/gpuplane/internal/hostcluster"
+)
+
+// FakeNode is a Node object with GPU capacity. The dev host cluster has no
+// kubelets or GPUs, so nodes are written by hand: the worker reads capacity
+// from them exactly as it would from a real cluster.
+type FakeNode struct {
+	Name string
+	Pool string
+	GPUs int64
+	CPU  string
+	Mem  string
+}
+
+// DemoNodes: two shared nodes with 8 GPUs each, one dedicated node with 8.
+var DemoNodes = []FakeNode{
+	{Name: "gpu-shared-1", Pool: hostcluster.DefaultPool, GPUs: 8, CPU: "96", Mem: "768Gi"},
+	{Name: "gpu-shared-2", Pool: hostcluster.DefaultPool, GPUs: 8, CPU: "96", Mem: "768Gi"},
+	{Name: "gpu-dedicated-1", Pool: hostcluster.DedicatedPool, GPUs: 8, CPU: "96", Mem: "768Gi"},
+}
+
+// CreateNodes writes the fake nodes with allocatable GPUs.
+func CreateNodes(ctx context.Context, kube kubernetes.Interface, nodes []FakeNode) error {
+	for _, n := range nodes {
+		alloc := corev1.ResourceList{
+			"nvidia.com/gpu":      *resource.NewQuantity(n.GPUs, resource.DecimalSI),
+			corev1.ResourceCPU:    resource.MustParse(n.CPU),
+			corev1.ResourceMemory: resource.MustParse(n.Mem),
+		}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: map[string]string{
+			hostcluster.DefaultPoolLabel: n.Pool, "nvidia.com/gpu.present": "true"}}}
+		if n.Pool == hostcluster.DedicatedPool {
+			node.Spec.Taints = []corev1.Taint{{Key: hostcluster.DefaultPoolLabel, Value: n.Pool, Effect: corev1.TaintEffectNoSchedule}}
+		}
+		created, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("create node %s: %w", n.Name, err)
+		}
+		created.Status.Capacity, created.Status.Allocatable = alloc, alloc
+		created.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+		if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("node %s status: %w", n.Name, err)
+		}
+	}
+	return nil
+}
+
+// SimulateControlPlanes stands in for the kubelet and vCluster itself on a
+// host cluster that has neither: every vCluster StatefulSet is reported
+// ready and the kubeconfig Secret vCluster would write is created, so a
+// virtual cluster can reach READY in dev mode. Never used against a real
+// cluster.
+func SimulateControlPlanes(ctx context.Context, rc *rest.Config, every time.Duration, logf func(string, ...any)) {
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		logf("control-plane simulator: %v", err)
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := simulateOnce(ctx, kube); err != nil && ctx.Err() == nil {
+			logf("control-plane simulator: %v", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func simulateOnce(ctx context.Context, kube kubernetes.Interface) error {
+	list, err := kube.AppsV1().StatefulSets("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for i := range list.Items {
+		sts := &list.Items[i]
+		if !strings.HasPrefix(sts.Namespace, "vc-") || sts.Name != strings.TrimPrefix(sts.Namespace, "vc-") {
+			continue
+		}
+		if err := MarkControlPlaneReady(ctx, kube, sts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MarkControlPlaneReady reports sts ready and writes the kubeconfig Secret.
+func MarkControlPlaneReady(ctx context.Context, kube kubernetes.Interface, sts *appsv1.StatefulSet) error {
+	if sts.Status.ReadyReplicas < 1 {
+		replicas := int32(1)
+		if sts.Spec.Replicas != nil {
+			replicas = *sts.Spec.Replicas
+		}
+		sts.Status.Replicas, sts.Status.ReadyReplicas, sts.Status.AvailableReplicas = replicas, replicas, replicas
+		sts.Status.ObservedGeneration = sts.Generation
+		if _, err := kube.AppsV1().StatefulSets(sts.Namespace).UpdateStatus(ctx, sts, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: hostcluster.KubeconfigSecretName(sts.Name), Namespace: sts.Namespace},
+		Data: map[string][]byte{
+			"config": []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: %s\n  cluster:\n    server: https://%s.%s.svc\n", sts.Name, sts.Name, sts.Namespace)),
+		},
+	}
+	if _, err := kube.CoreV1().Secrets(sts.Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// DevStateDir is where dev mode writes its kubeconfig.
+func DevStateDir() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	return filepath.Join(dir, "gpuplane", "dev")
+}

@@ -1,0 +1,648 @@
+package hostcluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// FieldManager owns every field gpuplane writes with server-side apply.
+const FieldManager = "gpuplane"
+
+// Options configures a Client.
+type Options struct {
+	Settings Settings
+	// Logger receives Helm's and the client's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Client applies and observes virtual clusters on one host cluster. It is
+// safe for concurrent use, but callers must not run two operations on the
+// same virtual cluster at once (Helm allows one operation per release).
+type Client struct {
+	config    *rest.Config
+	kube      kubernetes.Interface
+	dyn       dynamic.Interface
+	discovery discovery.CachedDiscoveryInterface
+	mapper    meta.RESTMapper
+	settings  Settings
+	log       *slog.Logger
+
+	chartMu sync.Mutex
+	charts  map[string]*loadedChart
+
+	mapMu        sync.Mutex
+	mapSupported *bool
+}
+
+// New builds a Client. It does not contact the API server.
+func New(config *rest.Config, opts Options) (*Client, error) {
+	config = rest.CopyConfig(config)
+	if config.UserAgent == "" {
+		config.UserAgent = "gpuplane"
+	}
+	kube, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("hostcluster: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("hostcluster: %w", err)
+	}
+	dc, mapper, err := newDiscovery(config)
+	if err != nil {
+		return nil, fmt.Errorf("hostcluster: %w", err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Client{
+		config:    config,
+		kube:      kube,
+		dyn:       dyn,
+		discovery: dc,
+		mapper:    mapper,
+		settings:  opts.Settings.withDefaults(),
+		log:       log,
+		charts:    map[string]*loadedChart{},
+	}, nil
+}
+
+// Settings returns the effective settings (defaults filled in).
+func (c *Client) Settings() Settings { return c.settings }
+
+// Step names one stage of Apply, in order.
+type Step string
+
+// Apply's steps, in the order they run. Each depends on the ones before it.
+const (
+	StepNamespace     Step = "Namespace"
+	StepQueues        Step = "Queues"
+	StepGuardrails    Step = "Guardrails"
+	StepNetworkPolicy Step = "NetworkPolicy"
+	StepRelease       Step = "Release"
+)
+
+// StepResult is the outcome of one step; a caller turns it into a condition.
+type StepResult struct {
+	Step   Step
+	Err    error  // nil on success
+	Detail string // human-readable summary of what the step did
+}
+
+// Steps are the results of the steps Apply ran, stopping after the first
+// failure.
+type Steps []StepResult
+
+// Failed returns the failed step, if any.
+func (s Steps) Failed() (StepResult, bool) {
+	for _, r := range s {
+		if r.Err != nil {
+			return r, true
+		}
+	}
+	return StepResult{}, false
+}
+
+// Apply converges the host cluster on vc: namespace, queues (parents first),
+// admission guardrails, network policy, then the vCluster release. Every
+// object is written with server-side apply and Force, so hand edits of
+// fields gpuplane owns are reverted. It stops at the first failing step
+// (later steps depend on earlier ones) and returns the results so far.
+func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
+	if err := vc.Validate(); err != nil {
+		return nil, err
+	}
+	var steps Steps
+	run := func(step Step, f func() (string, error)) error {
+		detail, err := f()
+		steps = append(steps, StepResult{Step: step, Err: err, Detail: detail})
+		if err != nil {
+			return fmt.Errorf("hostcluster: apply %s of virtual cluster %s: %w", step, vc.Name, err)
+		}
+		return nil
+	}
+	apply := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
+
+	if err := run(StepNamespace, func() (string, error) {
+		ns, err := c.kube.CoreV1().Namespaces().Apply(ctx, RenderNamespace(vc), apply)
+		if err != nil {
+			return "", err
+		}
+		if ns.DeletionTimestamp != nil {
+			return "", fmt.Errorf("namespace %s is being deleted; retry once it is gone", ns.Name)
+		}
+		return "namespace " + ns.Name, nil
+	}); err != nil {
+		return steps, err
+	}
+
+	if err := run(StepQueues, func() (string, error) {
+		var names []string
+		for _, q := range RenderQueues(vc) {
+			if _, err := c.dyn.Resource(QueueGVR).Apply(ctx, q.GetName(), q, apply); err != nil {
+				return strings.Join(names, ", "), fmt.Errorf("queue %s: %w", q.GetName(), err)
+			}
+			names = append(names, q.GetName())
+		}
+		return "queues " + strings.Join(names, " > "), nil
+	}); err != nil {
+		return steps, err
+	}
+
+	if err := run(StepGuardrails, func() (string, error) {
+		mutating, err := c.MutatingAdmissionPolicySupported()
+		if err != nil {
+			return "", err
+		}
+		g := RenderGuardrails(vc, mutating)
+		adm := c.kube.AdmissionregistrationV1()
+		if _, err := adm.ValidatingAdmissionPolicies().Apply(ctx, g.Validating, apply); err != nil {
+			return "", fmt.Errorf("validating policy: %w", err)
+		}
+		if _, err := adm.ValidatingAdmissionPolicyBindings().Apply(ctx, g.ValidatingBinding, apply); err != nil {
+			return "", fmt.Errorf("validating policy binding: %w", err)
+		}
+		if !mutating {
+			return "validating policy " + *g.Validating.Name + " (no MutatingAdmissionPolicy on this server: pods must set " + KAIQueueLabel + " themselves)", nil
+		}
+		if _, err := adm.MutatingAdmissionPolicies().Apply(ctx, g.Mutating, apply); err != nil {
+			return "", fmt.Errorf("mutating policy: %w", err)
+		}
+		if _, err := adm.MutatingAdmissionPolicyBindings().Apply(ctx, g.MutatingBinding, apply); err != nil {
+			return "", fmt.Errorf("mutating policy binding: %w", err)
+		}
+		return "validating and mutating policies " + *g.Validating.Name, nil
+	}); err != nil {
+		return steps, err
+	}
+
+	if err := run(StepNetworkPolicy, func() (string, error) {
+		np, err := c.kube.NetworkingV1().NetworkPolicies(NamespaceName(vc.Name)).Apply(ctx, RenderNetworkPolicy(vc, c.settings), apply)
+		if err != nil {
+			return "", err
+		}
+		return "network policy " + np.Name, nil
+	}); err != nil {
+		return steps, err
+	}
+
+	if err := run(StepRelease, func() (string, error) {
+		r, err := c.EnsureRelease(ctx, vc)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("release %s %s (revision %d)", ReleaseName(vc.Name), r.Action, r.Revision), nil
+	}); err != nil {
+		return steps, err
+	}
+	return steps, nil
+}
+
+// MutatingAdmissionPolicySupported reports whether the server serves
+// admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (GA and on by
+// default from Kubernetes 1.36). The answer is cached for the Client's life.
+func (c *Client) MutatingAdmissionPolicySupported() (bool, error) {
+	c.mapMu.Lock()
+	defer c.mapMu.Unlock()
+	if c.mapSupported != nil {
+		return *c.mapSupported, nil
+	}
+	list, err := c.discovery.ServerResourcesForGroupVersion("admissionregistration.k8s.io/v1")
+	if err != nil && !apierrors.IsNotFound(err) {
+		return false, fmt.Errorf("discover admission policy APIs: %w", err)
+	}
+	supported := false
+	if list != nil {
+		supported = slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool {
+			return r.Name == "mutatingadmissionpolicies"
+		})
+	}
+	c.mapSupported = &supported
+	return supported, nil
+}
+
+// QueueState is what Observe found for one queue.
+type QueueState struct {
+	Name   string
+	Level  string // LevelDepartment, LevelTeam or LevelLeaf
+	Exists bool
+	// Drift lists fields whose live value differs from the desired one,
+	// e.g. "resources.gpu.quota: want 2, have 3".
+	Drift []string
+}
+
+// InSync reports whether the queue exists and matches the desired spec.
+func (q QueueState) InSync() bool { return q.Exists && len(q.Drift) == 0 }
+
+// ReleaseState is the last revision of the Helm release.
+type ReleaseState struct {
+	Status     string // Helm status: deployed, failed, pending-install, ...
+	Revision   int
+	ValuesHash string
+}
+
+// Observed is the live state of one virtual cluster on the host.
+type Observed struct {
+	NamespaceExists bool
+	// Queues in hierarchy order: department, team, leaf.
+	Queues []QueueState
+	// GuardrailsPresent: the validating policy and binding exist, and the
+	// mutating ones too where the server supports them.
+	GuardrailsPresent bool
+	// GuardrailWarnings are CEL type-check warnings the API server reported
+	// on the policies (normally empty).
+	GuardrailWarnings    []string
+	NetworkPolicyPresent bool
+	Release              *ReleaseState // nil: no release
+	// ReleaseUpToDate: deployed with exactly the values and chart Apply
+	// would install now.
+	ReleaseUpToDate bool
+	// ControlPlaneReady: the vCluster StatefulSet has a ready replica.
+	ControlPlaneReady bool
+	// KubeconfigSecretPresent: vCluster has written Secret vc-<name>.
+	KubeconfigSecretPresent bool
+	// Allocated is the leaf queue's status.allocated; nil when KAI has not
+	// reported one.
+	Allocated *Quantities
+}
+
+// QueuesInSync reports whether every queue exists and matches.
+func (o Observed) QueuesInSync() bool {
+	for _, q := range o.Queues {
+		if !q.InSync() {
+			return false
+		}
+	}
+	return len(o.Queues) > 0
+}
+
+// ReleaseDeployed reports whether the last release revision is deployed.
+func (o Observed) ReleaseDeployed() bool {
+	return o.Release != nil && o.Release.Status == "deployed"
+}
+
+// Ready reports whether everything Apply manages is present and in sync
+// and the control plane is up.
+func (o Observed) Ready() bool {
+	return o.NamespaceExists && o.QueuesInSync() && o.GuardrailsPresent && o.NetworkPolicyPresent &&
+		o.ReleaseDeployed() && o.ReleaseUpToDate && o.ControlPlaneReady && o.KubeconfigSecretPresent
+}
+
+// Observe reads the live state of vc. Missing objects are reported, not
+// returned as errors; errors mean the API server could not be read.
+func (c *Client) Observe(ctx context.Context, vc VirtualCluster) (Observed, error) {
+	if err := vc.Validate(); err != nil {
+		return Observed{}, err
+	}
+	var o Observed
+	ns := NamespaceName(vc.Name)
+	exists := func(err error) (bool, error) {
+		if err == nil {
+			return true, nil
+		}
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, err
+	}
+
+	_, err := c.kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if o.NamespaceExists, err = exists(err); err != nil {
+		return o, err
+	}
+
+	for _, want := range RenderQueues(vc) {
+		level, _, _ := unstructured.NestedString(want.Object, "metadata", "labels", LabelQueueLevel)
+		qs := QueueState{Name: want.GetName(), Level: level}
+		have, err := c.dyn.Resource(QueueGVR).Get(ctx, want.GetName(), metav1.GetOptions{})
+		if qs.Exists, err = exists(err); err != nil {
+			return o, err
+		}
+		if qs.Exists {
+			qs.Drift = queueDrift(want, have)
+			if level == LevelLeaf {
+				o.Allocated = parseAllocated(have)
+			}
+		}
+		o.Queues = append(o.Queues, qs)
+	}
+
+	mutating, err := c.MutatingAdmissionPolicySupported()
+	if err != nil {
+		return o, err
+	}
+	name := PolicyName(vc.Name)
+	adm := c.kube.AdmissionregistrationV1()
+	o.GuardrailsPresent = true
+	vap, err := adm.ValidatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
+	if ok, err := exists(err); err != nil {
+		return o, err
+	} else if !ok {
+		o.GuardrailsPresent = false
+	} else if vap.Status.TypeChecking != nil {
+		for _, w := range vap.Status.TypeChecking.ExpressionWarnings {
+			o.GuardrailWarnings = append(o.GuardrailWarnings, w.FieldRef+": "+w.Warning)
+		}
+	}
+	checks := []func() error{
+		func() error {
+			_, err := adm.ValidatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
+			return err
+		},
+	}
+	if mutating {
+		checks = append(checks,
+			func() error {
+				_, err := adm.MutatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
+				return err
+			},
+			func() error {
+				_, err := adm.MutatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
+				return err
+			})
+	}
+	for _, check := range checks {
+		ok, err := exists(check())
+		if err != nil {
+			return o, err
+		}
+		o.GuardrailsPresent = o.GuardrailsPresent && ok
+	}
+
+	if !o.NamespaceExists {
+		return o, nil
+	}
+	_, err = c.kube.NetworkingV1().NetworkPolicies(ns).Get(ctx, NetworkPolicyName, metav1.GetOptions{})
+	if o.NetworkPolicyPresent, err = exists(err); err != nil {
+		return o, err
+	}
+
+	if o.Release, err = c.releaseState(vc.Name); err != nil {
+		return o, fmt.Errorf("hostcluster: read release: %w", err)
+	}
+	if o.Release != nil {
+		want, err := c.desiredValuesHash(vc)
+		if err != nil {
+			return o, err
+		}
+		o.ReleaseUpToDate = o.ReleaseDeployed() && o.Release.ValuesHash == want
+	}
+
+	sts, err := c.kube.AppsV1().StatefulSets(ns).Get(ctx, ReleaseName(vc.Name), metav1.GetOptions{})
+	if ok, err := exists(err); err != nil {
+		return o, err
+	} else if ok {
+		o.ControlPlaneReady = statefulSetReady(sts)
+	}
+	_, err = c.kube.CoreV1().Secrets(ns).Get(ctx, KubeconfigSecretName(vc.Name), metav1.GetOptions{})
+	if o.KubeconfigSecretPresent, err = exists(err); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+func statefulSetReady(sts *appsv1.StatefulSet) bool {
+	return sts.Status.ReadyReplicas >= 1
+}
+
+func (c *Client) desiredValuesHash(vc VirtualCluster) (string, error) {
+	lc, err := c.loadChart(vc.ChartVersion)
+	if err != nil {
+		return "", err
+	}
+	values, err := jsonRoundTrip(RenderVClusterValues(vc, c.settings))
+	if err != nil {
+		return "", err
+	}
+	return valuesHash(values, lc.digest), nil
+}
+
+// queueDrift compares the fields gpuplane sets on a queue.
+func queueDrift(want, have *unstructured.Unstructured) []string {
+	var drift []string
+	str := func(path ...string) {
+		w, _, _ := unstructured.NestedString(want.Object, append([]string{"spec"}, path...)...)
+		h, _, _ := unstructured.NestedString(have.Object, append([]string{"spec"}, path...)...)
+		if w != h {
+			drift = append(drift, fmt.Sprintf("%s: want %q, have %q", strings.Join(path, "."), w, h))
+		}
+	}
+	num := func(path ...string) {
+		w, wok := nestedNumber(want.Object, append([]string{"spec"}, path...)...)
+		h, hok := nestedNumber(have.Object, append([]string{"spec"}, path...)...)
+		switch {
+		case !wok && !hok:
+		case wok != hok:
+			drift = append(drift, fmt.Sprintf("%s: want %s, have %s", strings.Join(path, "."), fmtNumber(w, wok), fmtNumber(h, hok)))
+		case math.Abs(w-h) > 1e-9:
+			drift = append(drift, fmt.Sprintf("%s: want %s, have %s", strings.Join(path, "."), fmtNumber(w, true), fmtNumber(h, true)))
+		}
+	}
+	str("parentQueue")
+	num("priority")
+	for _, r := range []string{"gpu", "cpu", "memory"} {
+		for _, f := range []string{"quota", "overQuotaWeight", "limit"} {
+			num("resources", r, f)
+		}
+	}
+	return drift
+}
+
+func fmtNumber(v float64, ok bool) string {
+	if !ok {
+		return "unset"
+	}
+	return fmt.Sprint(v)
+}
+
+func nestedNumber(obj map[string]any, path ...string) (float64, bool) {
+	v, found, err := unstructured.NestedFieldNoCopy(obj, path...)
+	if !found || err != nil {
+		return 0, false
+	}
+	switch n := v.(type) {
+	case int64:
+		return float64(n), true
+	case float64:
+		return n, true
+	case int:
+		return float64(n), true
+	case int32:
+		return float64(n), true
+	}
+	return 0, false
+}
+
+// parseAllocated reads a queue's status.allocated. KAI fills it from
+// PodGroup statuses as an ordinary Kubernetes resource list, so cpu and
+// memory are plain quantities ("2", "500m", "64Gi") and the GPU entry is the
+// one whose name ends in "gpu" (e.g. "nvidia.com/gpu": "1500m" = 1.5 GPUs).
+func parseAllocated(q *unstructured.Unstructured) *Quantities {
+	raw, found, err := unstructured.NestedMap(q.Object, "status", "allocated")
+	if !found || err != nil {
+		return nil
+	}
+	var out Quantities
+	for name, v := range raw {
+		var qty resource.Quantity
+		switch x := v.(type) {
+		case string:
+			p, err := resource.ParseQuantity(x)
+			if err != nil {
+				continue
+			}
+			qty = p
+		case int64:
+			qty = *resource.NewQuantity(x, resource.DecimalSI)
+		case float64:
+			qty = *resource.NewMilliQuantity(int64(math.Round(x*1000)), resource.DecimalSI)
+		default:
+			continue
+		}
+		switch {
+		case name == string(corev1.ResourceCPU):
+			out.CPUMillis = qty.MilliValue()
+		case name == string(corev1.ResourceMemory):
+			out.MemoryBytes = qty.Value()
+		case name == "gpu" || strings.HasSuffix(name, "/gpu"):
+			out.GPUCenti = qty.MilliValue() / 10
+		}
+	}
+	return &out
+}
+
+// Delete removes everything Apply created for vc: the release, the
+// guardrails, the network policy, the leaf queue, the team and department
+// queues once no other queue names them as parent, and the namespace. It is
+// idempotent: objects already gone count as deleted. It does not wait for
+// the namespace to finish terminating.
+//
+// Parents are only checked, not locked: a concurrent Apply of a sibling in
+// the same team could recreate a parent just deleted, which its next Apply
+// repairs (on a real cluster KAI's webhook also refuses to delete a queue
+// that still has children).
+func (c *Client) Delete(ctx context.Context, vc VirtualCluster) error {
+	if err := vc.Validate(); err != nil {
+		return err
+	}
+	gone := func(err error) error {
+		if err == nil || apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	var del metav1.DeleteOptions
+	name, ns := PolicyName(vc.Name), NamespaceName(vc.Name)
+
+	if _, err := c.kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err == nil {
+		if err := c.UninstallRelease(ctx, vc.Name); err != nil {
+			return err
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("hostcluster: delete %s: %w", vc.Name, err)
+	}
+
+	adm := c.kube.AdmissionregistrationV1()
+	mutating, err := c.MutatingAdmissionPolicySupported()
+	if err != nil {
+		return err
+	}
+	type deletion struct {
+		what string
+		f    func() error
+	}
+	deletes := []deletion{
+		{"validating policy binding", func() error { return adm.ValidatingAdmissionPolicyBindings().Delete(ctx, name, del) }},
+		{"validating policy", func() error { return adm.ValidatingAdmissionPolicies().Delete(ctx, name, del) }},
+	}
+	if mutating {
+		deletes = append(deletes,
+			deletion{"mutating policy binding", func() error { return adm.MutatingAdmissionPolicyBindings().Delete(ctx, name, del) }},
+			deletion{"mutating policy", func() error { return adm.MutatingAdmissionPolicies().Delete(ctx, name, del) }})
+	}
+	deletes = append(deletes, deletion{"network policy", func() error {
+		return c.kube.NetworkingV1().NetworkPolicies(ns).Delete(ctx, NetworkPolicyName, del)
+	}})
+	for _, d := range deletes {
+		if err := gone(d.f()); err != nil {
+			return fmt.Errorf("hostcluster: delete %s of %s: %w", d.what, vc.Name, err)
+		}
+	}
+
+	queues := c.dyn.Resource(QueueGVR)
+	if err := gone(queues.Delete(ctx, LeafQueueName(vc.Name), del)); err != nil {
+		return fmt.Errorf("hostcluster: delete leaf queue of %s: %w", vc.Name, err)
+	}
+	for _, parent := range []string{TeamQueueName(vc.Department, vc.Team), DepartmentQueueName(vc.Department)} {
+		list, err := queues.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("hostcluster: list queues: %w", err)
+		}
+		inUse := slices.ContainsFunc(list.Items, func(q unstructured.Unstructured) bool {
+			p, _, _ := unstructured.NestedString(q.Object, "spec", "parentQueue")
+			return p == parent && q.GetDeletionTimestamp() == nil
+		})
+		if inUse {
+			break // a parent still in use keeps its own parent in use too
+		}
+		if err := gone(queues.Delete(ctx, parent, del)); err != nil {
+			return fmt.Errorf("hostcluster: delete queue %s: %w", parent, err)
+		}
+	}
+
+	if err := gone(c.kube.CoreV1().Namespaces().Delete(ctx, ns, del)); err != nil {
+		return fmt.Errorf("hostcluster: delete namespace %s: %w", ns, err)
+	}
+	return nil
+}
+
+// Capacity sums the allocatable GPUs (nvidia.com/gpu), CPU and memory of
+// all nodes, grouped by the pool label (Settings.PoolLabel); nodes without
+// it are in DefaultPool.
+func (c *Client) Capacity(ctx context.Context) (map[string]Quantities, error) {
+	out := map[string]Quantities{}
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		nodes, err := c.kube.CoreV1().Nodes().List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("hostcluster: list nodes: %w", err)
+		}
+		for _, n := range nodes.Items {
+			pool := n.Labels[c.settings.PoolLabel]
+			if pool == "" {
+				pool = DefaultPool
+			}
+			q := out[pool]
+			a := n.Status.Allocatable
+			if gpu, ok := a[corev1.ResourceName(NvidiaGPUResource)]; ok {
+				q.GPUCenti += gpu.Value() * 100
+			}
+			q.CPUMillis += a.Cpu().MilliValue()
+			q.MemoryBytes += a.Memory().Value()
+			out[pool] = q
+		}
+		if nodes.Continue == "" {
+			return out, nil
+		}
+		opts.Continue = nodes.Continue
+	}
+}

@@ -1,0 +1,590 @@
+package hostcluster
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func TestApplyCreatesEverything(t *testing.T) {
+	h := newHarness(t)
+	vc := testVC("create", "vision", "research", TierShared)
+	steps := h.apply(vc)
+	var names []Step
+	for _, s := range steps {
+		names = append(names, s.Step)
+		t.Logf("%s: %s", s.Step, s.Detail)
+	}
+	if !slices.Equal(names, []Step{StepNamespace, StepQueues, StepGuardrails, StepNetworkPolicy, StepRelease}) {
+		t.Fatalf("steps %v", names)
+	}
+
+	ns, err := h.kube.CoreV1().Namespaces().Get(h.ctx, "vc-create", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns.Labels[LabelTier] != TierShared || ns.Labels[LabelVirtualCluster] != "create" {
+		t.Errorf("namespace labels %v", ns.Labels)
+	}
+
+	// 2 GPUs, 16000 millicores, 64 GiB = 68719 MB (10^6 bytes, rounded down).
+	leaf, err := h.queue("vc-create")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]float64{
+		"gpu.quota": 2, "cpu.quota": 16000, "memory.quota": 68719,
+		"gpu.limit": 4, "cpu.limit": 32000, "memory.limit": 137438,
+		"gpu.overQuotaWeight": 1, "cpu.overQuotaWeight": 1, "memory.overQuotaWeight": 1,
+	} {
+		p := strings.Split(path, ".")
+		if got, ok := nestedNumber(leaf, "spec", "resources", p[0], p[1]); !ok || got != want {
+			t.Errorf("leaf %s = %v (present %v), want %v", path, got, ok, want)
+		}
+	}
+	for name, parent := range map[string]string{
+		"vc-create": "team-research-vision", "team-research-vision": "dept-research", "dept-research": "",
+	} {
+		q, err := h.queue(name)
+		if err != nil {
+			t.Fatalf("queue %s: %v", name, err)
+		}
+		if got, _, _ := unstructured.NestedString(q, "spec", "parentQueue"); got != parent {
+			t.Errorf("%s parent %q, want %q", name, got, parent)
+		}
+	}
+
+	adm := h.kube.AdmissionregistrationV1()
+	if _, err := adm.ValidatingAdmissionPolicies().Get(h.ctx, "gpuplane-vc-create", metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	}
+	if _, err := adm.ValidatingAdmissionPolicyBindings().Get(h.ctx, "gpuplane-vc-create", metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	}
+	if _, err := adm.MutatingAdmissionPolicies().Get(h.ctx, "gpuplane-vc-create", metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	}
+	if _, err := adm.MutatingAdmissionPolicyBindings().Get(h.ctx, "gpuplane-vc-create", metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	}
+	if _, err := h.kube.NetworkingV1().NetworkPolicies("vc-create").Get(h.ctx, NetworkPolicyName, metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	}
+	if _, err := h.kube.CoreV1().Secrets("vc-create").Get(h.ctx, "sh.helm.release.v1.create.v1", metav1.GetOptions{}); err != nil {
+		t.Errorf("Helm release secret: %v", err)
+	}
+	sts, err := h.kube.AppsV1().StatefulSets("vc-create").Get(h.ctx, "create", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("control plane StatefulSet: %v", err)
+	}
+	if img := sts.Spec.Template.Spec.Containers[0].Image; img != "ghcr.io/loft-sh/vcluster-oss:0.20.0" {
+		t.Errorf("control plane image %s", img)
+	}
+	rq, err := h.kube.CoreV1().ResourceQuotas("vc-create").Get(h.ctx, "vc-create", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gpu := rq.Spec.Hard["requests.nvidia.com/gpu"]; gpu.Value() != 4 {
+		t.Errorf("ResourceQuota GPUs %s, want 4 (the leaf limit)", gpu.String())
+	}
+	if _, capped := rq.Spec.Hard[corev1.ResourceLimitsMemory]; capped {
+		t.Error("limits.memory should not be capped")
+	}
+
+	// The chart's values reached the vCluster config secret exactly.
+	cfgSecret, err := h.kube.CoreV1().Secrets("vc-create").Get(h.ctx, "vc-config-create", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := string(cfgSecret.Data["config.yaml"])
+	for _, want := range []string{"setOwner: false", "- kai.scheduler/queue", "server: https://create.vc-create.svc"} {
+		if !strings.Contains(config, want) {
+			t.Errorf("vCluster config lacks %q", want)
+		}
+	}
+
+	o, err := h.client.Observe(h.ctx, vc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.NamespaceExists || !o.QueuesInSync() || !o.GuardrailsPresent || !o.NetworkPolicyPresent || !o.ReleaseDeployed() || !o.ReleaseUpToDate {
+		t.Errorf("observed after apply: %+v", o)
+	}
+	if len(o.GuardrailWarnings) > 0 {
+		t.Errorf("CEL type-check warnings: %v", o.GuardrailWarnings)
+	}
+}
+
+// snapshot maps every object Apply owns to its resourceVersion.
+func (h *harness) snapshot(vc VirtualCluster) map[string]string {
+	h.t.Helper()
+	out := map[string]string{}
+	ns := NamespaceName(vc.Name)
+	add := func(key string, obj metav1.Object, err error) {
+		if err != nil {
+			h.t.Fatalf("%s: %v", key, err)
+		}
+		out[key] = obj.GetResourceVersion()
+	}
+	n, err := h.kube.CoreV1().Namespaces().Get(h.ctx, ns, metav1.GetOptions{})
+	add("namespace", n, err)
+	for _, q := range RenderQueues(vc) {
+		u, err := h.dyn.Resource(QueueGVR).Get(h.ctx, q.GetName(), metav1.GetOptions{})
+		add("queue/"+q.GetName(), u, err)
+	}
+	adm := h.kube.AdmissionregistrationV1()
+	p := PolicyName(vc.Name)
+	vap, err := adm.ValidatingAdmissionPolicies().Get(h.ctx, p, metav1.GetOptions{})
+	add("vap", vap, err)
+	vapb, err := adm.ValidatingAdmissionPolicyBindings().Get(h.ctx, p, metav1.GetOptions{})
+	add("vapb", vapb, err)
+	mp, err := adm.MutatingAdmissionPolicies().Get(h.ctx, p, metav1.GetOptions{})
+	add("map", mp, err)
+	mpb, err := adm.MutatingAdmissionPolicyBindings().Get(h.ctx, p, metav1.GetOptions{})
+	add("mapb", mpb, err)
+	np, err := h.kube.NetworkingV1().NetworkPolicies(ns).Get(h.ctx, NetworkPolicyName, metav1.GetOptions{})
+	add("networkpolicy", np, err)
+	sts, err := h.kube.AppsV1().StatefulSets(ns).Get(h.ctx, ReleaseName(vc.Name), metav1.GetOptions{})
+	add("statefulset", sts, err)
+	secrets, err := h.kube.CoreV1().Secrets(ns).List(h.ctx, metav1.ListOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, s := range secrets.Items {
+		out["secret/"+s.Name] = s.ResourceVersion
+	}
+	return out
+}
+
+func TestApplyTwiceIsIdempotent(t *testing.T) {
+	h := newHarness(t)
+	vc := testVC("twice", "vision", "research", TierDedicated)
+	h.apply(vc)
+	before := h.snapshot(vc)
+	steps := h.apply(vc)
+	after := h.snapshot(vc)
+	for k, rv := range before {
+		if after[k] != rv {
+			t.Errorf("%s changed: resourceVersion %s -> %s", k, rv, after[k])
+		}
+	}
+	if len(after) != len(before) {
+		t.Errorf("objects appeared: %d -> %d", len(before), len(after))
+	}
+	if d := steps[len(steps)-1].Detail; !strings.Contains(d, "unchanged") {
+		t.Errorf("release step on re-apply: %q", d)
+	}
+
+	// A real change upgrades the release and touches only what changed.
+	vc.Leaf.Limit.GPUCenti = 600
+	vc.Generation++
+	steps = h.apply(vc)
+	if d := steps[len(steps)-1].Detail; !strings.Contains(d, "upgraded (revision 2)") {
+		t.Errorf("release step after change: %q", d)
+	}
+	rq, err := h.kube.CoreV1().ResourceQuotas("vc-twice").Get(h.ctx, "vc-twice", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gpu := rq.Spec.Hard["requests.nvidia.com/gpu"]; gpu.Value() != 6 {
+		t.Errorf("ResourceQuota GPUs %s after upgrade, want 6", gpu.String())
+	}
+	third := h.snapshot(vc)
+	for _, parent := range []string{"queue/dept-research", "queue/team-research-vision"} {
+		if third[parent] != before[parent] {
+			t.Errorf("%s changed although its spec did not", parent)
+		}
+	}
+	if third["queue/vc-twice"] == before["queue/vc-twice"] {
+		t.Error("leaf queue should have changed")
+	}
+}
+
+func TestGuardrailsOnTheRealAPIServer(t *testing.T) {
+	h := newHarness(t)
+	shared := testVC("gr-shared", "team-a", "research", TierShared)
+	dedicated := testVC("gr-dedicated", "team-a", "research", TierDedicated)
+	other := testVC("gr-other", "team-b", "research", TierShared)
+	for _, vc := range []VirtualCluster{shared, dedicated, other} {
+		h.apply(vc)
+		h.markQuotaObserved(vc)
+	}
+	leaf := LeafQueueName(shared.Name)
+
+	_, err := h.createPod(shared, gpus("1"), kai, queueLabel(LeafQueueName(other.Name)))
+	mustBeDenied(t, "GPU pod naming team-b's queue", err, `must be "`+leaf+`"`, `got "vc-gr-other"`)
+
+	_, err = h.createPod(shared, gpus("1"), queueLabel(leaf))
+	mustBeDenied(t, "GPU pod without schedulerName", err, "schedulerName: kai-scheduler", `got "default-scheduler"`)
+
+	_, err = h.createPod(shared, kai, queueLabel(leaf), func(p *corev1.Pod) {
+		p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{NvidiaGPUResource: resource.MustParse("1")},
+			Limits:   corev1.ResourceList{NvidiaGPUResource: resource.MustParse("1")},
+		}}}
+		p.Spec.SchedulerName = "default-scheduler"
+	})
+	mustBeDenied(t, "GPU in an init container without kai-scheduler", err, "schedulerName")
+
+	_, err = h.createPod(shared, annotation(KAIFractionAnnot, "0.5"))
+	mustBeDenied(t, "fractional pod without kai-scheduler", err, "schedulerName")
+
+	// No label: the mutating policy puts the pod in its own leaf queue
+	// instead of KAI's default-queue.
+	p, err := h.createPod(shared, gpus("1"), kai)
+	if err != nil {
+		t.Fatalf("GPU pod without queue label: %v", err)
+	}
+	if got := p.Labels[KAIQueueLabel]; got != leaf {
+		t.Errorf("queue label set to %q, want %q", got, leaf)
+	}
+	if p.Labels[vclusterMarkerLabel] != shared.Name {
+		t.Errorf("mutation dropped the pod's other labels: %v", p.Labels)
+	}
+	p, err = h.createPod(shared, gpus("2"), kai, queueLabel(leaf))
+	if err != nil {
+		t.Fatalf("GPU pod in its own queue: %v", err)
+	}
+	// The label cannot be moved to another queue afterwards.
+	p.Labels[KAIQueueLabel] = LeafQueueName(other.Name)
+	_, err = h.kube.CoreV1().Pods(p.Namespace).Update(h.ctx, p, metav1.UpdateOptions{})
+	mustBeDenied(t, "relabelling a pod to another queue", err, "vc-gr-other")
+
+	// Non-GPU pods are untouched.
+	p, err = h.createPod(shared)
+	if err != nil {
+		t.Fatalf("plain pod: %v", err)
+	}
+	if _, ok := p.Labels[KAIQueueLabel]; ok {
+		t.Error("plain pod must not be given a queue")
+	}
+	_, err = h.createPod(shared, queueLabel("default-queue"))
+	mustBeDenied(t, "CPU pod naming default-queue", err, "default-queue")
+
+	// Fractions: accepted in SHARED, refused in DEDICATED.
+	p, err = h.createPod(shared, kai, annotation(KAIFractionAnnot, "0.5"))
+	if err != nil {
+		t.Fatalf("fractional pod in SHARED tier: %v", err)
+	}
+	if p.Labels[KAIQueueLabel] != leaf {
+		t.Errorf("fractional pod queue %q", p.Labels[KAIQueueLabel])
+	}
+	_, err = h.createPod(dedicated, kai, annotation(KAIFractionAnnot, "0.5"))
+	mustBeDenied(t, "gpu-fraction in DEDICATED tier", err, "DEDICATED", "gpu-fraction")
+	_, err = h.createPod(dedicated, kai, annotation(KAIGPUMemoryAnnot, "2000"))
+	mustBeDenied(t, "gpu-memory in DEDICATED tier", err, "DEDICATED")
+	if _, err = h.createPod(dedicated, kai, gpus("1")); err != nil {
+		t.Errorf("whole GPU in DEDICATED tier: %v", err)
+	}
+
+	// The policies of one namespace do not leak into another.
+	if _, err := h.createPod(other, gpus("1"), kai, queueLabel(LeafQueueName(other.Name))); err != nil {
+		t.Errorf("team-b pod in its own namespace: %v", err)
+	}
+}
+
+func TestDriftIsObservedAndRepaired(t *testing.T) {
+	h := newHarness(t)
+	vc := testVC("drift", "vision", "research", TierShared)
+	h.apply(vc)
+
+	// Someone edits the leaf quota by hand (a different field manager, as
+	// kubectl edit would).
+	patch := []byte(`{"spec":{"resources":{"gpu":{"quota":8}},"priority":1}}`)
+	if _, err := h.dyn.Resource(QueueGVR).Patch(h.ctx, "vc-drift", types.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: "kubectl-edit"}); err != nil {
+		t.Fatal(err)
+	}
+	o, err := h.client.Observe(h.ctx, vc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.QueuesInSync() {
+		t.Fatal("drift not detected")
+	}
+	leaf := o.Queues[2]
+	if leaf.Name != "vc-drift" || leaf.InSync() {
+		t.Fatalf("leaf state %+v", leaf)
+	}
+	joined := strings.Join(leaf.Drift, "; ")
+	for _, want := range []string{"resources.gpu.quota: want 2, have 8", "priority: want 100, have 1"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("drift %q lacks %q", joined, want)
+		}
+	}
+
+	h.apply(vc)
+	o, err = h.client.Observe(h.ctx, vc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.QueuesInSync() {
+		t.Fatalf("drift not repaired: %+v", o.Queues)
+	}
+	q, _ := h.queue("vc-drift")
+	if got, _ := nestedNumber(q, "spec", "resources", "gpu", "quota"); got != 2 {
+		t.Errorf("gpu quota %v after repair", got)
+	}
+}
+
+func TestObserveReadinessAndAllocation(t *testing.T) {
+	h := newHarness(t)
+	vc := testVC("observe", "vision", "research", TierShared)
+	empty, err := h.client.Observe(h.ctx, vc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if empty.NamespaceExists || empty.Release != nil || empty.GuardrailsPresent || empty.Ready() {
+		t.Fatalf("observed before apply: %+v", empty)
+	}
+	h.apply(vc)
+	o, err := h.client.Observe(h.ctx, vc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.ControlPlaneReady || o.KubeconfigSecretPresent || o.Ready() || o.Allocated != nil {
+		t.Fatalf("no kubelet here: control plane cannot be ready yet: %+v", o)
+	}
+
+	// Play the parts of kubelet, vCluster and KAI.
+	ns := NamespaceName(vc.Name)
+	sts, err := h.kube.AppsV1().StatefulSets(ns).Get(h.ctx, "observe", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts.Status = appsv1.StatefulSetStatus{Replicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
+	if _, err := h.kube.AppsV1().StatefulSets(ns).UpdateStatus(h.ctx, sts, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.kube.CoreV1().Secrets(ns).Create(h.ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "vc-observe"},
+		Data:       map[string][]byte{"config": []byte("apiVersion: v1\nkind: Config\n")},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := h.dyn.Resource(QueueGVR).Get(h.ctx, "vc-observe", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = unstructured.SetNestedStringMap(leaf.Object, map[string]string{
+		"nvidia.com/gpu": "1500m", "cpu": "6", "memory": "24Gi",
+	}, "status", "allocated")
+	if _, err := h.dyn.Resource(QueueGVR).UpdateStatus(h.ctx, leaf, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	o, err = h.client.Observe(h.ctx, vc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.Ready() {
+		t.Fatalf("should be ready: %+v", o)
+	}
+	want := Quantities{GPUCenti: 150, CPUMillis: 6000, MemoryBytes: 24 << 30}
+	if o.Allocated == nil || *o.Allocated != want {
+		t.Errorf("allocated %+v, want %+v", o.Allocated, want)
+	}
+}
+
+func TestDeleteLeavesNothingBehind(t *testing.T) {
+	h := newHarness(t)
+	vc := testVC("gone", "vision", "delete-dept", TierDedicated) // dedicated: the chart adds cluster RBAC for node sync
+	h.apply(vc)
+	ns := NamespaceName(vc.Name)
+	crs, err := h.kube.RbacV1().ClusterRoles().List(h.ctx, metav1.ListOptions{LabelSelector: "release=gone"})
+	if err != nil || len(crs.Items) == 0 {
+		t.Fatalf("expected the chart's ClusterRole for node sync (%v)", err)
+	}
+
+	if err := h.client.Delete(h.ctx, vc); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.client.Delete(h.ctx, vc); err != nil {
+		t.Fatalf("second delete must be a no-op: %v", err)
+	}
+
+	notFound := func(what string, err error) {
+		t.Helper()
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("%s still there (err %v)", what, err)
+		}
+	}
+	for _, q := range RenderQueues(vc) {
+		_, err := h.queue(q.GetName())
+		notFound("queue "+q.GetName(), err)
+	}
+	adm := h.kube.AdmissionregistrationV1()
+	p := PolicyName(vc.Name)
+	_, err = adm.ValidatingAdmissionPolicies().Get(h.ctx, p, metav1.GetOptions{})
+	notFound("validating policy", err)
+	_, err = adm.ValidatingAdmissionPolicyBindings().Get(h.ctx, p, metav1.GetOptions{})
+	notFound("validating binding", err)
+	_, err = adm.MutatingAdmissionPolicies().Get(h.ctx, p, metav1.GetOptions{})
+	notFound("mutating policy", err)
+	_, err = adm.MutatingAdmissionPolicyBindings().Get(h.ctx, p, metav1.GetOptions{})
+	notFound("mutating binding", err)
+	for _, gvr := range []schema.GroupVersionResource{
+		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"},
+		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"},
+	} {
+		list, err := h.dyn.Resource(gvr).List(h.ctx, metav1.ListOptions{LabelSelector: "release=gone"})
+		if err != nil || len(list.Items) > 0 {
+			t.Errorf("%s left: %d (%v)", gvr.Resource, len(list.Items), err)
+		}
+	}
+	// Every namespaced kind Apply or the chart creates. (Without
+	// kube-controller-manager the namespace itself stays Terminating, so
+	// its contents are checked one by one.)
+	for _, gvr := range []schema.GroupVersionResource{
+		{Version: "v1", Resource: "secrets"}, {Version: "v1", Resource: "configmaps"},
+		{Version: "v1", Resource: "services"}, {Version: "v1", Resource: "serviceaccounts"},
+		{Version: "v1", Resource: "resourcequotas"}, {Version: "v1", Resource: "limitranges"},
+		{Version: "v1", Resource: "pods"}, {Version: "v1", Resource: "persistentvolumeclaims"},
+		{Group: "apps", Version: "v1", Resource: "statefulsets"}, {Group: "apps", Version: "v1", Resource: "deployments"},
+		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
+		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
+		{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"},
+		{Group: "networking.k8s.io", Version: "v1", Resource: "ingresses"},
+	} {
+		list, err := h.dyn.Resource(gvr).Namespace(ns).List(h.ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) > 0 {
+			var names []string
+			for _, o := range list.Items {
+				names = append(names, o.GetName())
+			}
+			t.Errorf("%s left in %s: %v", gvr.Resource, ns, names)
+		}
+	}
+	n, err := h.kube.CoreV1().Namespaces().Get(h.ctx, ns, metav1.GetOptions{})
+	if err == nil && n.DeletionTimestamp == nil {
+		t.Error("namespace not being deleted")
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		t.Error(err)
+	}
+
+	// Re-creating while the namespace terminates is refused with a reason.
+	if _, err := h.client.Apply(h.ctx, vc); err == nil || !strings.Contains(err.Error(), "being deleted") {
+		t.Errorf("apply into a terminating namespace: %v", err)
+	}
+}
+
+func TestDeleteKeepsSharedParents(t *testing.T) {
+	h := newHarness(t)
+	a := testVC("share-a", "t1", "shared-dept", TierShared)
+	b := testVC("share-b", "t1", "shared-dept", TierShared)
+	c := testVC("share-c", "t2", "shared-dept", TierShared)
+	for _, vc := range []VirtualCluster{a, b, c} {
+		h.apply(vc)
+	}
+	exists := func(name string) bool {
+		_, err := h.queue(name)
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	check := func(when string, want map[string]bool) {
+		t.Helper()
+		for q, w := range want {
+			if got := exists(q); got != w {
+				t.Errorf("%s: queue %s exists=%v, want %v", when, q, got, w)
+			}
+		}
+	}
+	if err := h.client.Delete(h.ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	check("after deleting a", map[string]bool{
+		"vc-share-a": false, "vc-share-b": true, "team-shared-dept-t1": true, "dept-shared-dept": true,
+	})
+	if err := h.client.Delete(h.ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	check("after deleting b", map[string]bool{
+		"vc-share-b": false, "team-shared-dept-t1": false, "team-shared-dept-t2": true, "dept-shared-dept": true,
+	})
+	if err := h.client.Delete(h.ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	check("after deleting c", map[string]bool{"team-shared-dept-t2": false, "dept-shared-dept": false})
+}
+
+func TestCapacityByPool(t *testing.T) {
+	h := newHarness(t)
+	node := func(name, pool string, gpu, cpu, mem string) {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
+		if pool != "" {
+			n.Labels[DefaultPoolLabel] = pool
+		}
+		created, err := h.kube.CoreV1().Nodes().Create(h.ctx, n, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		created.Status.Allocatable = corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem),
+		}
+		if gpu != "" {
+			created.Status.Allocatable[NvidiaGPUResource] = resource.MustParse(gpu)
+		}
+		if _, err := h.kube.CoreV1().Nodes().UpdateStatus(h.ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = h.kube.CoreV1().Nodes().Delete(h.ctx, name, metav1.DeleteOptions{}) })
+	}
+	node("gpu-1", "", "8", "64", "512Gi")
+	node("gpu-2", "shared", "8", "63500m", "512Gi")
+	node("cpu-1", "", "", "32", "128Gi")
+	node("ded-1", "dedicated", "4", "32", "256Gi")
+
+	got, err := h.client.Capacity(h.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]Quantities{
+		"shared":    {GPUCenti: 1600, CPUMillis: 64000 + 63500 + 32000, MemoryBytes: (512 + 512 + 128) << 30},
+		"dedicated": {GPUCenti: 400, CPUMillis: 32000, MemoryBytes: 256 << 30},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("capacity %+v, want %+v", got, want)
+	}
+}
+
+// On servers without MutatingAdmissionPolicy (before 1.36, or disabled)
+// nothing sets the queue label, so the validating policy alone must keep
+// KAI pods out of default-queue.
+func TestGuardrailsWithoutMutatingAdmissionPolicy(t *testing.T) {
+	h := newHarness(t)
+	unsupported := false
+	h.client.mapSupported = &unsupported
+	vc := testVC("no-map", "team-a", "research", TierShared)
+	steps := h.apply(vc)
+	if d := steps[2].Detail; !strings.Contains(d, "no MutatingAdmissionPolicy") {
+		t.Errorf("guardrails step detail %q", d)
+	}
+	if _, err := h.kube.AdmissionregistrationV1().MutatingAdmissionPolicies().Get(h.ctx, PolicyName(vc.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("mutating policy should not exist: %v", err)
+	}
+	h.markQuotaObserved(vc)
+	_, err := h.createPod(vc, gpus("1"), kai)
+	mustBeDenied(t, "KAI pod without queue label", err, "must carry label kai.scheduler/queue=vc-no-map", "default-queue")
+	if _, err := h.createPod(vc, gpus("1"), kai, queueLabel("vc-no-map")); err != nil {
+		t.Errorf("labelled KAI pod: %v", err)
+	}
+	o, err := h.client.Observe(h.ctx, vc)
+	if err != nil || !o.GuardrailsPresent {
+		t.Errorf("guardrails present %v (%v)", o.GuardrailsPresent, err)
+	}
+}

@@ -1,0 +1,242 @@
+package hostcluster
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+const gib = int64(1) << 30
+
+func testVC(name, team, dept, tier string) VirtualCluster {
+	return VirtualCluster{
+		Name: name, Team: team, Department: dept, Tier: tier,
+		AllowFractionalGPUs: tier == TierShared,
+		Leaf: QueueSpec{
+			Quota:           Quantities{GPUCenti: 200, CPUMillis: 16000, MemoryBytes: 64 * gib},
+			Limit:           &Quantities{GPUCenti: 400, CPUMillis: 32000, MemoryBytes: 128 * gib},
+			OverQuotaWeight: 1,
+		},
+		TeamQueue:         QueueSpec{Quota: Quantities{GPUCenti: 800, CPUMillis: 64000, MemoryBytes: 256 * gib}, OverQuotaWeight: 2, Priority: 120},
+		DepartmentQueue:   QueueSpec{Quota: Quantities{GPUCenti: 1600, CPUMillis: 128000, MemoryBytes: 512 * gib}, OverQuotaWeight: 1},
+		KubernetesVersion: "1.30.2",
+		ChartVersion:      "0.20.0",
+		Generation:        1,
+	}
+}
+
+func TestNamesAreDistinctLabels(t *testing.T) {
+	// The same word at every level must still give three distinct queues.
+	vc := testVC("ml", "ml", "ml", TierShared)
+	names := map[string]bool{}
+	for _, q := range RenderQueues(vc) {
+		names[q.GetName()] = true
+	}
+	if len(names) != 3 {
+		t.Fatalf("queue names collide: %v", names)
+	}
+	long := strings.Repeat("a", 63)
+	for _, n := range []string{
+		NamespaceName(strings.Repeat("x", 60)), LeafQueueName(strings.Repeat("x", 60)),
+		TeamQueueName(long, long), DepartmentQueueName(long),
+	} {
+		if errs := validation.IsDNS1123Label(n); len(errs) > 0 {
+			t.Errorf("%q: %v", n, errs)
+		}
+	}
+	if TeamQueueName(long, long+"") == TeamQueueName(long, strings.Repeat("a", 62)+"b") {
+		t.Error("shortened names must stay distinct")
+	}
+	bad := testVC(strings.Repeat("x", 61), "t", "d", TierShared)
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "at most 60") {
+		t.Errorf("61-character name: %v", err)
+	}
+	bad = testVC("ok", "Team_A", "d", "GOLD")
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "team") || !strings.Contains(err.Error(), "tier") {
+		t.Errorf("bad team and tier: %v", err)
+	}
+}
+
+func TestRenderQueuesUnitsAndHierarchy(t *testing.T) {
+	vc := testVC("ml-dev", "vision", "research", TierShared)
+	vc.Leaf.Limit = nil
+	qs := RenderQueues(vc)
+	if len(qs) != 3 {
+		t.Fatalf("got %d queues", len(qs))
+	}
+	want := []struct{ name, parent string }{
+		{"dept-research", ""}, {"team-research-vision", "dept-research"}, {"vc-ml-dev", "team-research-vision"},
+	}
+	for i, w := range want {
+		if qs[i].GetName() != w.name {
+			t.Errorf("queue %d: name %s, want %s", i, qs[i].GetName(), w.name)
+		}
+		p, _, _ := unstructured.NestedString(qs[i].Object, "spec", "parentQueue")
+		if p != w.parent {
+			t.Errorf("%s: parent %q, want %q", w.name, p, w.parent)
+		}
+		for _, r := range []string{"gpu", "cpu", "memory"} {
+			for _, f := range []string{"quota", "overQuotaWeight", "limit"} {
+				if _, ok := nestedNumber(qs[i].Object, "spec", "resources", r, f); !ok {
+					t.Errorf("%s: resources.%s.%s not written", w.name, r, f)
+				}
+			}
+		}
+	}
+	leaf := qs[2].Object
+	for path, want := range map[string]float64{
+		"gpu.quota": 2, "cpu.quota": 16000, "memory.quota": 68719, // 64 GiB = 68719.476736 MB, rounded down
+		"gpu.limit": -1, "cpu.limit": -1, "memory.limit": -1,
+		"gpu.overQuotaWeight": 1,
+	} {
+		parts := strings.Split(path, ".")
+		got, _ := nestedNumber(leaf, "spec", "resources", parts[0], parts[1])
+		if got != want {
+			t.Errorf("leaf %s = %v, want %v", path, got, want)
+		}
+	}
+	if p, _ := nestedNumber(leaf, "spec", "priority"); p != 100 {
+		t.Errorf("priority 0 must be written as KAI's default 100, got %v", p)
+	}
+	if p, _ := nestedNumber(qs[1].Object, "spec", "priority"); p != 120 {
+		t.Errorf("team priority %v, want 120", p)
+	}
+
+	vc.Leaf.Limit = &Quantities{GPUCenti: 150, CPUMillis: -1, MemoryBytes: 1_999_999}
+	leaf = RenderQueues(vc)[2].Object
+	for path, want := range map[string]float64{"gpu.limit": 1.5, "cpu.limit": -1, "memory.limit": 1} {
+		parts := strings.Split(path, ".")
+		if got, _ := nestedNumber(leaf, "spec", "resources", parts[0], parts[1]); got != want {
+			t.Errorf("leaf %s = %v, want %v", path, got, want)
+		}
+	}
+}
+
+func TestRenderGuardrails(t *testing.T) {
+	shared := RenderGuardrails(testVC("a", "t", "d", TierShared), true)
+	dedicated := RenderGuardrails(testVC("b", "t", "d", TierDedicated), false)
+	if shared.Mutating == nil || shared.MutatingBinding == nil {
+		t.Fatal("mutating policy missing although supported")
+	}
+	if dedicated.Mutating != nil {
+		t.Fatal("mutating policy rendered although unsupported")
+	}
+	if n, m := len(shared.Validating.Spec.Validations), len(dedicated.Validating.Spec.Validations); m != n+1 {
+		t.Fatalf("dedicated tier should add the shared-GPU rule: %d vs %d validations", n, m)
+	}
+	last := dedicated.Validating.Spec.Validations[len(dedicated.Validating.Spec.Validations)-1]
+	if !strings.Contains(*last.MessageExpression, "DEDICATED") {
+		t.Errorf("dedicated message does not explain the tier: %s", *last.MessageExpression)
+	}
+	sel := shared.ValidatingBinding.Spec.MatchResources.NamespaceSelector.MatchLabels
+	if sel["kubernetes.io/metadata.name"] != "vc-a" {
+		t.Errorf("binding not scoped to the namespace: %v", sel)
+	}
+	noFractions := testVC("c", "t", "d", TierShared)
+	noFractions.AllowFractionalGPUs = false
+	if g := RenderGuardrails(noFractions, true); len(g.Validating.Spec.Validations) != len(shared.Validating.Spec.Validations)+1 {
+		t.Error("SHARED without AllowFractionalGPUs must refuse shared-GPU annotations too")
+	}
+}
+
+func TestRenderNetworkPolicy(t *testing.T) {
+	np := RenderNetworkPolicy(testVC("a", "t", "d", TierShared), Settings{IngressNamespaces: []string{"ingress-nginx"}})
+	if *np.Namespace != "vc-a" || len(np.Spec.PolicyTypes) != 1 || string(np.Spec.PolicyTypes[0]) != "Ingress" {
+		t.Fatalf("unexpected policy %+v", np)
+	}
+	from := np.Spec.Ingress[0].From
+	if len(from) != 2 || from[0].PodSelector == nil || from[1].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "ingress-nginx" {
+		t.Fatalf("unexpected peers %+v", from)
+	}
+}
+
+func TestRenderVClusterValues(t *testing.T) {
+	s := Settings{}
+	v := RenderVClusterValues(testVC("ml-dev", "t", "d", TierShared), s)
+	sync := v["experimental"].(map[string]any)["syncSettings"].(map[string]any)
+	if owner, ok := sync["setOwner"]; !ok || owner != false {
+		t.Fatalf("setOwner must be written as false, got %v (present %v)", owner, ok)
+	}
+	if labels := sync["syncLabels"].([]any); len(labels) != 1 || labels[0] != KAIQueueLabel {
+		t.Fatalf("syncLabels = %v", labels)
+	}
+	if _, ok := v["sync"]; ok {
+		t.Error("shared tier must not pin nodes")
+	}
+	if got := v["exportKubeConfig"].(map[string]any)["server"]; got != "https://ml-dev.vc-ml-dev.svc" {
+		t.Errorf("exportKubeConfig.server = %v", got)
+	}
+	k8s := v["controlPlane"].(map[string]any)["distro"].(map[string]any)["k8s"].(map[string]any)
+	if tag := k8s["apiServer"].(map[string]any)["image"].(map[string]any)["tag"]; tag != "v1.30.2" {
+		t.Errorf("apiServer tag %v", tag)
+	}
+	quota := v["policies"].(map[string]any)["resourceQuota"].(map[string]any)["quota"].(map[string]any)
+	for k, want := range map[string]any{"requests.cpu": "33", "requests.memory": "130Gi", "requests.nvidia.com/gpu": "4"} {
+		if quota[k] != want {
+			t.Errorf("quota %s = %v, want %v", k, quota[k], want)
+		}
+	}
+
+	newer := testVC("ml-dev", "t", "d", TierDedicated)
+	newer.ChartVersion = "v0.21.1"
+	v = RenderVClusterValues(newer, s)
+	if _, ok := v["experimental"].(map[string]any)["syncSettings"].(map[string]any)["syncLabels"]; ok {
+		t.Error("syncLabels does not exist from chart 0.21")
+	}
+	pods := v["sync"].(map[string]any)["toHost"].(map[string]any)["pods"].(map[string]any)
+	if tol := pods["enforceTolerations"].([]any); len(tol) != 1 || tol[0] != "gpuplane.io/pool=dedicated:NoSchedule" {
+		t.Errorf("enforceTolerations = %v", tol)
+	}
+	sel := v["sync"].(map[string]any)["fromHost"].(map[string]any)["nodes"].(map[string]any)["selector"].(map[string]any)["labels"]
+	if sel.(map[string]any)["gpuplane.io/pool"] != "dedicated" {
+		t.Errorf("node selector = %v", sel)
+	}
+}
+
+func TestValuesMatchChartSchema(t *testing.T) {
+	dir, err := VClusterChartDir(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlimited := testVC("free", "t", "d", TierShared)
+	unlimited.Leaf.Limit = nil
+	unlimited.KubernetesVersion = ""
+	for _, vc := range []VirtualCluster{testVC("a", "t", "d", TierShared), testVC("b", "t", "d", TierDedicated), unlimited} {
+		if err := ValidateValues(dir, RenderVClusterValues(vc, Settings{IngressNamespaces: []string{"x"}})); err != nil {
+			t.Errorf("%s (%s): %v", vc.Name, vc.Tier, err)
+		}
+	}
+
+	bad := RenderVClusterValues(testVC("a", "t", "d", TierShared), Settings{})
+	bad["experimental"].(map[string]any)["syncSettings"].(map[string]any)["setOwner"] = "no"
+	bad["controlPlane"].(map[string]any)["statefulSet"].(map[string]any)["replicas"] = 2
+	err = ValidateValues(dir, bad)
+	var ve *ValuesError
+	if !errors.As(err, &ve) {
+		t.Fatalf("want *ValuesError, got %v", err)
+	}
+	for _, want := range []string{"/experimental/syncSettings/setOwner", "replicas"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %q:\n%v", want, err)
+		}
+	}
+	t.Logf("schema error reads: %v", err)
+}
+
+func TestParseAllocated(t *testing.T) {
+	q := &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{"allocated": map[string]any{
+		"nvidia.com/gpu": "1500m", "cpu": "2500m", "memory": "64Gi", "pods": "3",
+	}}}}
+	got := parseAllocated(q)
+	want := Quantities{GPUCenti: 150, CPUMillis: 2500, MemoryBytes: 64 * gib}
+	if got == nil || *got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	if parseAllocated(&unstructured.Unstructured{Object: map[string]any{}}) != nil {
+		t.Error("no status must give nil")
+	}
+}
