@@ -49,14 +49,13 @@ if [[ ! -x "$BIN/kube-apiserver" ]]; then
   } >> go.mod
   log "resolving $(grep -c ' => ' go.mod) staging modules..."
   go mod tidy >&2 2>/dev/null || true
-  cat > main.go <<'GO'
-package main
-GO
-  rm -f main.go
-  go get "k8s.io/kubernetes/cmd/kube-apiserver@v$K8S_VERSION" >&2
+    go get "k8s.io/kubernetes/cmd/kube-apiserver@v$K8S_VERSION" >&2
   ( while sleep 30; do log "still compiling kube-apiserver..."; done ) &
   ticker=$!
-  go build -o "$BIN/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+  minor="${K8S_VERSION#*.}"; minor="${minor%%.*}"
+  vpkg=k8s.io/component-base/version
+  go build -ldflags "-X $vpkg.gitVersion=v$K8S_VERSION -X $vpkg.gitMajor=1 -X $vpkg.gitMinor=$minor -X $vpkg.gitTreeState=clean" \
+    -o "$BIN/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
   kill "$ticker" 2>/dev/null || true
   mv "$BIN/kube-apiserver.tmp" "$BIN/kube-apiserver"
   log "kube-apiserver ready"

@@ -23,10 +23,15 @@ package app_test
 // timed on its own. Reported: ns/op (wall time / b.N, i.e. 1/throughput),
 // ops/s, and p50_ms / p99_ms of the per-request latencies at 16 clients.
 //
-// Sub-benchmarks whose names are not in the bar (gRPC, REST_16depts) are
-// diagnostics that split the REST cost: gRPC skips the gateway, and
-// REST_16depts spreads creates over 16 departments so that the department
-// row lock CreateTeam takes does not serialise them.
+// Sub-benchmarks whose names are not in the bar are diagnostics that split
+// the REST cost: gRPC skips the gateway and its JSON; REST_16depts spreads
+// creates over 16 departments so that the department row lock CreateTeam
+// takes does not serialise them; REST_dept10k creates into a department that
+// already has 10,000 teams; RawPgxTx replays CreateTeam's SQL with raw pgx,
+// without any server code.
+//
+// The machine's load (other builds, tests) moves every number; compare
+// ratios from the same run, and run more than once (-count).
 
 import (
 	"bytes"

@@ -338,7 +338,9 @@ func TestStaleEtagIsAbortedAndChangesNothing(t *testing.T) {
 		})).must(t)
 		_, err := e.Members.DeleteMember(bob, &pb.DeleteMemberRequest{Name: m.GetName(), Etag: m.GetEtag()})
 		apiWantCode(t, err, codes.Aborted)
-		r := e.Do(t, "bob", "DELETE", "/v1/teams/team-a/members/carol?etag="+m.GetEtag(), nil)
+		r := e.Do(t, "bob", "PATCH", "/v1/teams/team-a/members/carol", map[string]any{"role": "OWNER", "etag": m.GetEtag()})
+		apiWantHTTP(t, r, http.StatusConflict)
+		r = e.Do(t, "bob", "DELETE", "/v1/teams/team-a/members/carol?etag="+m.GetEtag(), nil)
 		apiWantHTTP(t, r, http.StatusConflict)
 		now := apiCall(e.Members.GetMember(bob, &pb.GetMemberRequest{Name: m.GetName()})).must(t)
 		if !proto.Equal(now, m2) {
@@ -949,6 +951,50 @@ func TestQuotaHierarchy(t *testing.T) {
 			t.Errorf("research budget %s, want 12", got)
 		}
 	})
+
+	t.Run("concurrent creates never overbook", func(t *testing.T) {
+		// research: budget 12, teams hold 6; the cluster: 16, budgets 16.
+		results := make([]error, 10)
+		apiParallel(t, 10, 10, func(i int) error {
+			_, results[i] = e.Teams.CreateTeam(e.As(t, "frank"), &pb.CreateTeamRequest{TeamId: fmt.Sprintf("race-%d", i), Team: &pb.Team{
+				Department: "departments/research", IsolationTier: pb.IsolationTier_SHARED, Quota: apiQuota("1", 0, 0),
+			}})
+			return nil
+		})
+		ok := 0
+		for _, err := range results {
+			switch status.Code(err) {
+			case codes.OK:
+				ok++
+			case codes.FailedPrecondition:
+			default:
+				t.Errorf("CreateTeam: %v", err)
+			}
+		}
+		if ok != 6 {
+			t.Errorf("%d of 10 one-GPU teams fit in 6 free GPUs", ok)
+		}
+		apiCall(e.Departments.UpdateDepartment(alice, &pb.UpdateDepartmentRequest{
+			Department: &pb.Department{Name: "departments/second", QuotaBudget: apiQuota("0", 0, 0)}, UpdateMask: apiMask("quota_budget"),
+		})).must(t)
+		apiParallel(t, 10, 10, func(i int) error {
+			_, results[i] = e.Departments.CreateDepartment(alice, &pb.CreateDepartmentRequest{DepartmentId: fmt.Sprintf("race-%d", i), Department: &pb.Department{
+				QuotaBudget: apiQuota("1", 0, 0),
+			}})
+			return nil
+		})
+		ok = 0
+		for _, err := range results {
+			if err == nil {
+				ok++
+			} else if status.Code(err) != codes.FailedPrecondition {
+				t.Errorf("CreateDepartment: %v", err)
+			}
+		}
+		if ok != 4 {
+			t.Errorf("%d of 10 one-GPU departments fit in 4 free GPUs", ok)
+		}
+	})
 }
 
 // ---------------------------------------------------------------------------
@@ -1296,6 +1342,8 @@ func TestDeleteSemantics(t *testing.T) {
 		if got := apiListTeams(t, e, "alice", ""); len(got) != 0 {
 			t.Errorf("teams left: %v", apiNames(got))
 		}
+		_, err = e.Teams.CreateTeam(alice, &pb.CreateTeamRequest{TeamId: "orphan", Team: &pb.Team{Department: "departments/research"}})
+		apiWantCode(t, err, codes.NotFound)
 	})
 }
 

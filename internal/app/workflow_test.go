@@ -897,6 +897,10 @@ func TestWorkflowExpiry(t *testing.T) {
 	if r := wfGetRequest(t, e, resize.GetName()); r.GetState() != pb.Request_CANCELLED || r.GetDecider() != "system:expiry" {
 		t.Errorf("pending resize of the expired cluster: %v by %q", r.GetState(), r.GetDecider())
 	}
+	// Like every change, superseding it is in the audit log.
+	if got := wfAuditActions(t, e, resize.GetName()); !slices.Equal(got, []string{"CreateRequest", "CancelRequest"}) {
+		t.Errorf("audit of the superseded resize: %v", got)
+	}
 	for id, want := range map[string]pb.VirtualClusterStatus_Phase{
 		"later": pb.VirtualClusterStatus_PROVISIONING, "forever": pb.VirtualClusterStatus_PROVISIONING,
 		"never-approved": pb.VirtualClusterStatus_PENDING_APPROVAL,

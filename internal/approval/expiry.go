@@ -39,11 +39,22 @@ func (s *Service) ExpireVirtualClusters(ctx context.Context) (int, error) {
 			if _, err := tenancy.LockDepartment(ctx, tx, dept); err != nil {
 				return err
 			}
-			// A pending request on this virtual cluster is superseded.
-			if _, err := tx.Exec(ctx, `UPDATE requests SET state = 'CANCELLED', decider = $2, decide_time = now(),
-				decision_reason = 'virtual cluster expired', version = version + 1, update_time = now()
-				WHERE virtual_cluster_id = $1 AND state = 'PENDING'`, id, actor.Subject); err != nil {
+			// A pending request on this virtual cluster is superseded; it is
+			// cancelled like any other, audit event included.
+			rows, err := tx.Query(ctx, `SELECT `+requestColumns+` FROM requests
+				WHERE virtual_cluster_id = $1 AND state = 'PENDING' FOR UPDATE`, id)
+			if err != nil {
 				return err
+			}
+			pending, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RequestRow, error) { return scanRequest(r) })
+			if err != nil {
+				return err
+			}
+			for i := range pending {
+				if err := (&Requests{Service: s}).close(ctx, tx, &pending[i], actor, StateCancelled,
+					"virtual cluster expired", "CancelRequest"); err != nil {
+					return err
+				}
 			}
 			payload, err := protojson.Marshal(&pb.Request{Payload: &pb.Request_DeleteVirtualCluster{
 				DeleteVirtualCluster: &pb.DeleteVirtualClusterPayload{VirtualCluster: names.VirtualCluster(team, id)}}})
@@ -61,9 +72,11 @@ func (s *Service) ExpireVirtualClusters(ctx context.Context) (int, error) {
 				Department: dept, Team: team, After: row.Proto()}); err != nil {
 				return err
 			}
-			n++
 			return s.approve(ctx, tx, &row, actor, actor.Subject, "virtual cluster expired", "")
 		})
+		if err == nil && !done {
+			n++ // counted once committed: InTx may run the callback again
+		}
 		if err != nil || done {
 			return n, err
 		}

@@ -18,11 +18,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"k8s.io/client-go/rest"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 	"github.com/gpuplane/gpuplane/internal/app"
 	"github.com/gpuplane/gpuplane/internal/devenv"
 	"github.com/gpuplane/gpuplane/internal/devenv/oidcdev"
+	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/store/storetest"
 	"github.com/gpuplane/gpuplane/internal/tenancy"
 )
@@ -70,6 +72,14 @@ type Options struct {
 	Capacity tenancy.CapacitySource
 	Now      func() time.Time
 	Config   func(*app.Config)
+	// HostConfig, when set, is the host cluster the server uses (e.g. an
+	// envtest API server). The vCluster chart then comes from the Go module
+	// cache (hostcluster.VClusterChartDir) unless Config sets
+	// VClusterChartDir.
+	HostConfig *rest.Config
+	// RunWorker runs the host-cluster worker inside the server, as
+	// `gpuplane serve --run-worker` does. It needs HostConfig.
+	RunWorker bool
 }
 
 // Start runs a server for the test and stops it at cleanup.
@@ -86,12 +96,22 @@ func Start(t testing.TB, o Options) *Env {
 	if o.Capacity == nil {
 		o.Capacity = tenancy.StaticCapacity(devenv.DemoCapacity)
 	}
+	cfg.RunWorker = o.RunWorker
 	if o.Config != nil {
 		o.Config(&cfg)
 	}
+	if o.HostConfig != nil && cfg.VClusterChartDir == "" {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		dir, err := hostcluster.VClusterChartDir(cctx)
+		ccancel()
+		if err != nil {
+			t.Fatalf("apptest: vCluster chart: %v", err)
+		}
+		cfg.VClusterChartDir = dir
+	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, app.Options{Logger: logger, Capacity: o.Capacity, Now: o.Now})
+	a, err := app.New(ctx, cfg, app.Options{Logger: logger, Capacity: o.Capacity, Now: o.Now, HostConfig: o.HostConfig})
 	if err != nil {
 		cancel()
 		t.Fatalf("apptest: start server: %v", err)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -182,7 +183,10 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 			return "", fmt.Errorf("validating policy binding: %w", err)
 		}
 		if !mutating {
-			return "validating policy " + *g.Validating.Name + " (no MutatingAdmissionPolicy on this server: pods must set " + KAIQueueLabel + " themselves)", nil
+			if err := c.verifyGuardrails(ctx, vc, false); err != nil {
+				return "", err
+			}
+			return "validating policy " + *g.Validating.Name + ", enforcement verified (no MutatingAdmissionPolicy on this server: pods must set " + KAIQueueLabel + " themselves)", nil
 		}
 		if _, err := adm.MutatingAdmissionPolicies().Apply(ctx, g.Mutating, apply); err != nil {
 			return "", fmt.Errorf("mutating policy: %w", err)
@@ -190,7 +194,10 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		if _, err := adm.MutatingAdmissionPolicyBindings().Apply(ctx, g.MutatingBinding, apply); err != nil {
 			return "", fmt.Errorf("mutating policy binding: %w", err)
 		}
-		return "validating and mutating policies " + *g.Validating.Name, nil
+		if err := c.verifyGuardrails(ctx, vc, true); err != nil {
+			return "", err
+		}
+		return "validating and mutating policies " + *g.Validating.Name + ", enforcement verified", nil
 	}); err != nil {
 		return steps, err
 	}
@@ -215,6 +222,91 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		return steps, err
 	}
 	return steps, nil
+}
+
+// guardrailProbeTimeout bounds how long Apply waits for new or changed
+// admission policies to take effect.
+var guardrailProbeTimeout = 15 * time.Second
+
+// verifyGuardrails waits until the API server enforces the policies just
+// applied. Admission policies are loaded asynchronously (an informer in every
+// API server instance), so a successful apply is not yet a guarantee; the
+// release is installed only once dry-run probe pods are refused (or, for the
+// mutating policy, labelled), so no tenant pod can arrive unguarded.
+// Only restrictions are probed: a relaxation that lags fails closed.
+func (c *Client) verifyGuardrails(ctx context.Context, vc VirtualCluster, mutating bool) error {
+	ns, leaf, policy := NamespaceName(vc.Name), LeafQueueName(vc.Name), PolicyName(vc.Name)
+	deniedByUs := func(err error, fragment string) bool {
+		return err != nil && (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) &&
+			strings.Contains(err.Error(), "'"+policy+"'") && strings.Contains(err.Error(), fragment)
+	}
+	probe := func(mutate func(*corev1.Pod)) (*corev1.Pod, error) {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "gpuplane-guardrail-probe", Labels: map[string]string{}, Annotations: map[string]string{}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "probe", Image: "registry.k8s.io/pause:3.10",
+			}}},
+		}
+		mutate(p)
+		return c.kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	}
+	gpu := corev1.ResourceList{NvidiaGPUResource: resource.MustParse("1")}
+	type check struct {
+		what string
+		// done reports whether the probe's outcome shows the rule in force.
+		done func() (bool, error)
+	}
+	checks := []check{{"GPU pods must use " + KAISchedulerName, func() (bool, error) {
+		_, err := probe(func(p *corev1.Pod) { p.Spec.Containers[0].Resources.Limits = gpu })
+		return deniedByUs(err, "schedulerName"), nil
+	}}}
+	if !(vc.Tier == TierShared && vc.AllowFractionalGPUs) {
+		checks = append(checks, check{"shared GPUs refused", func() (bool, error) {
+			_, err := probe(func(p *corev1.Pod) {
+				p.Spec.SchedulerName = KAISchedulerName
+				p.Labels[KAIQueueLabel] = leaf
+				p.Annotations[KAIFractionAnnot] = "0.5"
+			})
+			return deniedByUs(err, KAIFractionAnnot), nil
+		}})
+	}
+	if mutating {
+		checks = append(checks, check{"KAI pods get queue " + leaf, func() (bool, error) {
+			p, err := probe(func(p *corev1.Pod) { p.Spec.SchedulerName = KAISchedulerName })
+			switch {
+			case err == nil:
+				return p.Labels[KAIQueueLabel] == leaf, nil
+			case deniedByUs(err, "must carry label"):
+				return false, nil // validation is in force, mutation not yet
+			default:
+				// Refused for another reason (e.g. an exhausted ResourceQuota):
+				// inconclusive, and the validating rule is the guarantee anyway.
+				return true, nil
+			}
+		}})
+	}
+
+	deadline := time.Now().Add(guardrailProbeTimeout)
+	for _, chk := range checks {
+		for {
+			ok, err := chk.done()
+			if err != nil {
+				return err
+			}
+			if ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("admission policy %s not in force after %s (%s): API server has not loaded it yet", policy, guardrailProbeTimeout, chk.what)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 // MutatingAdmissionPolicySupported reports whether the server serves

@@ -18,7 +18,9 @@ import (
 
 func TestApplyCreatesEverything(t *testing.T) {
 	h := newHarness(t)
-	vc := testVC("create", "vision", "research", TierShared)
+	name := h.n("create")
+	vc := testVC(name, "vision", "research", TierShared)
+	ns := NamespaceName(name)
 	steps := h.apply(vc)
 	var names []Step
 	for _, s := range steps {
@@ -29,16 +31,16 @@ func TestApplyCreatesEverything(t *testing.T) {
 		t.Fatalf("steps %v", names)
 	}
 
-	ns, err := h.kube.CoreV1().Namespaces().Get(h.ctx, "vc-create", metav1.GetOptions{})
+	nsObj, err := h.kube.CoreV1().Namespaces().Get(h.ctx, ns, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ns.Labels[LabelTier] != TierShared || ns.Labels[LabelVirtualCluster] != "create" {
-		t.Errorf("namespace labels %v", ns.Labels)
+	if nsObj.Labels[LabelTier] != TierShared || nsObj.Labels[LabelVirtualCluster] != name {
+		t.Errorf("namespace labels %v", nsObj.Labels)
 	}
 
 	// 2 GPUs, 16000 millicores, 64 GiB = 68719 MB (10^6 bytes, rounded down).
-	leaf, err := h.queue("vc-create")
+	leaf, err := h.queue(LeafQueueName(name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +55,7 @@ func TestApplyCreatesEverything(t *testing.T) {
 		}
 	}
 	for name, parent := range map[string]string{
-		"vc-create": "team-research-vision", "team-research-vision": "dept-research", "dept-research": "",
+		LeafQueueName(name): "team-research-vision", "team-research-vision": "dept-research", "dept-research": "",
 	} {
 		q, err := h.queue(name)
 		if err != nil {
@@ -65,32 +67,32 @@ func TestApplyCreatesEverything(t *testing.T) {
 	}
 
 	adm := h.kube.AdmissionregistrationV1()
-	if _, err := adm.ValidatingAdmissionPolicies().Get(h.ctx, "gpuplane-vc-create", metav1.GetOptions{}); err != nil {
+	if _, err := adm.ValidatingAdmissionPolicies().Get(h.ctx, PolicyName(name), metav1.GetOptions{}); err != nil {
 		t.Error(err)
 	}
-	if _, err := adm.ValidatingAdmissionPolicyBindings().Get(h.ctx, "gpuplane-vc-create", metav1.GetOptions{}); err != nil {
+	if _, err := adm.ValidatingAdmissionPolicyBindings().Get(h.ctx, PolicyName(name), metav1.GetOptions{}); err != nil {
 		t.Error(err)
 	}
-	if _, err := adm.MutatingAdmissionPolicies().Get(h.ctx, "gpuplane-vc-create", metav1.GetOptions{}); err != nil {
+	if _, err := adm.MutatingAdmissionPolicies().Get(h.ctx, PolicyName(name), metav1.GetOptions{}); err != nil {
 		t.Error(err)
 	}
-	if _, err := adm.MutatingAdmissionPolicyBindings().Get(h.ctx, "gpuplane-vc-create", metav1.GetOptions{}); err != nil {
+	if _, err := adm.MutatingAdmissionPolicyBindings().Get(h.ctx, PolicyName(name), metav1.GetOptions{}); err != nil {
 		t.Error(err)
 	}
-	if _, err := h.kube.NetworkingV1().NetworkPolicies("vc-create").Get(h.ctx, NetworkPolicyName, metav1.GetOptions{}); err != nil {
+	if _, err := h.kube.NetworkingV1().NetworkPolicies(ns).Get(h.ctx, NetworkPolicyName, metav1.GetOptions{}); err != nil {
 		t.Error(err)
 	}
-	if _, err := h.kube.CoreV1().Secrets("vc-create").Get(h.ctx, "sh.helm.release.v1.create.v1", metav1.GetOptions{}); err != nil {
+	if _, err := h.kube.CoreV1().Secrets(ns).Get(h.ctx, "sh.helm.release.v1."+name+".v1", metav1.GetOptions{}); err != nil {
 		t.Errorf("Helm release secret: %v", err)
 	}
-	sts, err := h.kube.AppsV1().StatefulSets("vc-create").Get(h.ctx, "create", metav1.GetOptions{})
+	sts, err := h.kube.AppsV1().StatefulSets(ns).Get(h.ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("control plane StatefulSet: %v", err)
 	}
 	if img := sts.Spec.Template.Spec.Containers[0].Image; img != "ghcr.io/loft-sh/vcluster-oss:0.20.0" {
 		t.Errorf("control plane image %s", img)
 	}
-	rq, err := h.kube.CoreV1().ResourceQuotas("vc-create").Get(h.ctx, "vc-create", metav1.GetOptions{})
+	rq, err := h.kube.CoreV1().ResourceQuotas(ns).Get(h.ctx, "vc-"+name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,12 +104,12 @@ func TestApplyCreatesEverything(t *testing.T) {
 	}
 
 	// The chart's values reached the vCluster config secret exactly.
-	cfgSecret, err := h.kube.CoreV1().Secrets("vc-create").Get(h.ctx, "vc-config-create", metav1.GetOptions{})
+	cfgSecret, err := h.kube.CoreV1().Secrets(ns).Get(h.ctx, "vc-config-"+name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	config := string(cfgSecret.Data["config.yaml"])
-	for _, want := range []string{"setOwner: false", "- kai.scheduler/queue", "server: https://create.vc-create.svc"} {
+	for _, want := range []string{"setOwner: false", "- kai.scheduler/queue", "server: https://" + name + "." + ns + ".svc"} {
 		if !strings.Contains(config, want) {
 			t.Errorf("vCluster config lacks %q", want)
 		}
@@ -168,7 +170,7 @@ func (h *harness) snapshot(vc VirtualCluster) map[string]string {
 
 func TestApplyTwiceIsIdempotent(t *testing.T) {
 	h := newHarness(t)
-	vc := testVC("twice", "vision", "research", TierDedicated)
+	vc := testVC(h.n("twice"), "vision", "research", TierDedicated)
 	h.apply(vc)
 	before := h.snapshot(vc)
 	steps := h.apply(vc)
@@ -192,7 +194,7 @@ func TestApplyTwiceIsIdempotent(t *testing.T) {
 	if d := steps[len(steps)-1].Detail; !strings.Contains(d, "upgraded (revision 2)") {
 		t.Errorf("release step after change: %q", d)
 	}
-	rq, err := h.kube.CoreV1().ResourceQuotas("vc-twice").Get(h.ctx, "vc-twice", metav1.GetOptions{})
+	rq, err := h.kube.CoreV1().ResourceQuotas(NamespaceName(vc.Name)).Get(h.ctx, "vc-"+vc.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,16 +207,16 @@ func TestApplyTwiceIsIdempotent(t *testing.T) {
 			t.Errorf("%s changed although its spec did not", parent)
 		}
 	}
-	if third["queue/vc-twice"] == before["queue/vc-twice"] {
+	if third["queue/"+LeafQueueName(vc.Name)] == before["queue/"+LeafQueueName(vc.Name)] {
 		t.Error("leaf queue should have changed")
 	}
 }
 
 func TestGuardrailsOnTheRealAPIServer(t *testing.T) {
 	h := newHarness(t)
-	shared := testVC("gr-shared", "team-a", "research", TierShared)
-	dedicated := testVC("gr-dedicated", "team-a", "research", TierDedicated)
-	other := testVC("gr-other", "team-b", "research", TierShared)
+	shared := testVC(h.n("gr-shared"), "team-a", "research", TierShared)
+	dedicated := testVC(h.n("gr-dedicated"), "team-a", "research", TierDedicated)
+	other := testVC(h.n("gr-other"), "team-b", "research", TierShared)
 	for _, vc := range []VirtualCluster{shared, dedicated, other} {
 		h.apply(vc)
 		h.markQuotaObserved(vc)
@@ -222,7 +224,7 @@ func TestGuardrailsOnTheRealAPIServer(t *testing.T) {
 	leaf := LeafQueueName(shared.Name)
 
 	_, err := h.createPod(shared, gpus("1"), kai, queueLabel(LeafQueueName(other.Name)))
-	mustBeDenied(t, "GPU pod naming team-b's queue", err, `must be "`+leaf+`"`, `got "vc-gr-other"`)
+	mustBeDenied(t, "GPU pod naming team-b's queue", err, `must be "`+leaf+`"`, `got "`+LeafQueueName(other.Name)+`"`)
 
 	_, err = h.createPod(shared, gpus("1"), queueLabel(leaf))
 	mustBeDenied(t, "GPU pod without schedulerName", err, "schedulerName: kai-scheduler", `got "default-scheduler"`)
@@ -258,7 +260,7 @@ func TestGuardrailsOnTheRealAPIServer(t *testing.T) {
 	// The label cannot be moved to another queue afterwards.
 	p.Labels[KAIQueueLabel] = LeafQueueName(other.Name)
 	_, err = h.kube.CoreV1().Pods(p.Namespace).Update(h.ctx, p, metav1.UpdateOptions{})
-	mustBeDenied(t, "relabelling a pod to another queue", err, "vc-gr-other")
+	mustBeDenied(t, "relabelling a pod to another queue", err, LeafQueueName(other.Name))
 
 	// Non-GPU pods are untouched.
 	p, err = h.createPod(shared)
@@ -295,13 +297,13 @@ func TestGuardrailsOnTheRealAPIServer(t *testing.T) {
 
 func TestDriftIsObservedAndRepaired(t *testing.T) {
 	h := newHarness(t)
-	vc := testVC("drift", "vision", "research", TierShared)
+	vc := testVC(h.n("drift"), "vision", "research", TierShared)
 	h.apply(vc)
 
 	// Someone edits the leaf quota by hand (a different field manager, as
 	// kubectl edit would).
 	patch := []byte(`{"spec":{"resources":{"gpu":{"quota":8}},"priority":1}}`)
-	if _, err := h.dyn.Resource(QueueGVR).Patch(h.ctx, "vc-drift", types.MergePatchType, patch,
+	if _, err := h.dyn.Resource(QueueGVR).Patch(h.ctx, LeafQueueName(vc.Name), types.MergePatchType, patch,
 		metav1.PatchOptions{FieldManager: "kubectl-edit"}); err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +315,7 @@ func TestDriftIsObservedAndRepaired(t *testing.T) {
 		t.Fatal("drift not detected")
 	}
 	leaf := o.Queues[2]
-	if leaf.Name != "vc-drift" || leaf.InSync() {
+	if leaf.Name != LeafQueueName(vc.Name) || leaf.InSync() {
 		t.Fatalf("leaf state %+v", leaf)
 	}
 	joined := strings.Join(leaf.Drift, "; ")
@@ -331,7 +333,7 @@ func TestDriftIsObservedAndRepaired(t *testing.T) {
 	if !o.QueuesInSync() {
 		t.Fatalf("drift not repaired: %+v", o.Queues)
 	}
-	q, _ := h.queue("vc-drift")
+	q, _ := h.queue(LeafQueueName(vc.Name))
 	if got, _ := nestedNumber(q, "spec", "resources", "gpu", "quota"); got != 2 {
 		t.Errorf("gpu quota %v after repair", got)
 	}
@@ -339,7 +341,7 @@ func TestDriftIsObservedAndRepaired(t *testing.T) {
 
 func TestObserveReadinessAndAllocation(t *testing.T) {
 	h := newHarness(t)
-	vc := testVC("observe", "vision", "research", TierShared)
+	vc := testVC(h.n("observe"), "vision", "research", TierShared)
 	empty, err := h.client.Observe(h.ctx, vc)
 	if err != nil {
 		t.Fatal(err)
@@ -358,7 +360,7 @@ func TestObserveReadinessAndAllocation(t *testing.T) {
 
 	// Play the parts of kubelet, vCluster and KAI.
 	ns := NamespaceName(vc.Name)
-	sts, err := h.kube.AppsV1().StatefulSets(ns).Get(h.ctx, "observe", metav1.GetOptions{})
+	sts, err := h.kube.AppsV1().StatefulSets(ns).Get(h.ctx, vc.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,12 +369,12 @@ func TestObserveReadinessAndAllocation(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := h.kube.CoreV1().Secrets(ns).Create(h.ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "vc-observe"},
+		ObjectMeta: metav1.ObjectMeta{Name: KubeconfigSecretName(vc.Name)},
 		Data:       map[string][]byte{"config": []byte("apiVersion: v1\nkind: Config\n")},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	leaf, err := h.dyn.Resource(QueueGVR).Get(h.ctx, "vc-observe", metav1.GetOptions{})
+	leaf, err := h.dyn.Resource(QueueGVR).Get(h.ctx, LeafQueueName(vc.Name), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,10 +400,10 @@ func TestObserveReadinessAndAllocation(t *testing.T) {
 
 func TestDeleteLeavesNothingBehind(t *testing.T) {
 	h := newHarness(t)
-	vc := testVC("gone", "vision", "delete-dept", TierDedicated) // dedicated: the chart adds cluster RBAC for node sync
+	vc := testVC(h.n("gone"), "vision", h.n("delete-dept"), TierDedicated) // dedicated: the chart adds cluster RBAC for node sync
 	h.apply(vc)
 	ns := NamespaceName(vc.Name)
-	crs, err := h.kube.RbacV1().ClusterRoles().List(h.ctx, metav1.ListOptions{LabelSelector: "release=gone"})
+	crs, err := h.kube.RbacV1().ClusterRoles().List(h.ctx, metav1.ListOptions{LabelSelector: "release=" + vc.Name})
 	if err != nil || len(crs.Items) == 0 {
 		t.Fatalf("expected the chart's ClusterRole for node sync (%v)", err)
 	}
@@ -437,7 +439,7 @@ func TestDeleteLeavesNothingBehind(t *testing.T) {
 		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"},
 		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"},
 	} {
-		list, err := h.dyn.Resource(gvr).List(h.ctx, metav1.ListOptions{LabelSelector: "release=gone"})
+		list, err := h.dyn.Resource(gvr).List(h.ctx, metav1.ListOptions{LabelSelector: "release=" + vc.Name})
 		if err != nil || len(list.Items) > 0 {
 			t.Errorf("%s left: %d (%v)", gvr.Resource, len(list.Items), err)
 		}
@@ -483,9 +485,11 @@ func TestDeleteLeavesNothingBehind(t *testing.T) {
 
 func TestDeleteKeepsSharedParents(t *testing.T) {
 	h := newHarness(t)
-	a := testVC("share-a", "t1", "shared-dept", TierShared)
-	b := testVC("share-b", "t1", "shared-dept", TierShared)
-	c := testVC("share-c", "t2", "shared-dept", TierShared)
+	dept := h.n("shared-dept")
+	a := testVC(h.n("share-a"), "t1", dept, TierShared)
+	b := testVC(h.n("share-b"), "t1", dept, TierShared)
+	c := testVC(h.n("share-c"), "t2", dept, TierShared)
+	t1, t2, d := TeamQueueName(dept, "t1"), TeamQueueName(dept, "t2"), DepartmentQueueName(dept)
 	for _, vc := range []VirtualCluster{a, b, c} {
 		h.apply(vc)
 	}
@@ -508,18 +512,18 @@ func TestDeleteKeepsSharedParents(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after deleting a", map[string]bool{
-		"vc-share-a": false, "vc-share-b": true, "team-shared-dept-t1": true, "dept-shared-dept": true,
+		LeafQueueName(a.Name): false, LeafQueueName(b.Name): true, t1: true, d: true,
 	})
 	if err := h.client.Delete(h.ctx, b); err != nil {
 		t.Fatal(err)
 	}
 	check("after deleting b", map[string]bool{
-		"vc-share-b": false, "team-shared-dept-t1": false, "team-shared-dept-t2": true, "dept-shared-dept": true,
+		LeafQueueName(b.Name): false, t1: false, t2: true, d: true,
 	})
 	if err := h.client.Delete(h.ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	check("after deleting c", map[string]bool{"team-shared-dept-t2": false, "dept-shared-dept": false})
+	check("after deleting c", map[string]bool{t2: false, d: false})
 }
 
 func TestCapacityByPool(t *testing.T) {
@@ -569,7 +573,7 @@ func TestGuardrailsWithoutMutatingAdmissionPolicy(t *testing.T) {
 	h := newHarness(t)
 	unsupported := false
 	h.client.mapSupported = &unsupported
-	vc := testVC("no-map", "team-a", "research", TierShared)
+	vc := testVC(h.n("no-map"), "team-a", "research", TierShared)
 	steps := h.apply(vc)
 	if d := steps[2].Detail; !strings.Contains(d, "no MutatingAdmissionPolicy") {
 		t.Errorf("guardrails step detail %q", d)
@@ -579,8 +583,8 @@ func TestGuardrailsWithoutMutatingAdmissionPolicy(t *testing.T) {
 	}
 	h.markQuotaObserved(vc)
 	_, err := h.createPod(vc, gpus("1"), kai)
-	mustBeDenied(t, "KAI pod without queue label", err, "must carry label kai.scheduler/queue=vc-no-map", "default-queue")
-	if _, err := h.createPod(vc, gpus("1"), kai, queueLabel("vc-no-map")); err != nil {
+	mustBeDenied(t, "KAI pod without queue label", err, "must carry label kai.scheduler/queue="+LeafQueueName(vc.Name), "default-queue")
+	if _, err := h.createPod(vc, gpus("1"), kai, queueLabel(LeafQueueName(vc.Name))); err != nil {
 		t.Errorf("labelled KAI pod: %v", err)
 	}
 	o, err := h.client.Observe(h.ctx, vc)

@@ -37,7 +37,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+var (
+	runsMu sync.Mutex
+	runs   = map[string]int{}
+)
+
+// n makes a name unique to this run of the test.
+func (h *harness) n(base string) string { return base + h.sfx }
+
 type harness struct {
+	sfx    string // "" on a test's first run, "-<n>" when -count repeats it
 	t      testing.TB
 	ctx    context.Context
 	config *rest.Config
@@ -69,8 +78,15 @@ func newHarness(t testing.TB) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runsMu.Lock()
+	runs[t.Name()]++
+	sfx := ""
+	if n := runs[t.Name()]; n > 1 {
+		sfx = fmt.Sprintf("-%d", n) // namespaces never finish terminating here
+	}
+	runsMu.Unlock()
 	return &harness{
-		t: t, ctx: ctx, config: cfg, client: c,
+		sfx: sfx, t: t, ctx: ctx, config: cfg, client: c,
 		kube: kubernetes.NewForConfigOrDie(cfg), dyn: dynamic.NewForConfigOrDie(cfg),
 	}
 }

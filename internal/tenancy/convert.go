@@ -1,6 +1,8 @@
 package tenancy
 
 import (
+	"strings"
+
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 	"github.com/gpuplane/gpuplane/internal/errs"
 	"github.com/gpuplane/gpuplane/internal/quota"
@@ -36,5 +38,8 @@ func QuotaToProto(r quota.Resources) *pb.Quota {
 func checkDisplayName(v *errs.Violations, field, s string) {
 	if len(s) > 256 {
 		v.Add(field, "must be at most 256 characters")
+	}
+	if strings.ContainsRune(s, 0) {
+		v.Add(field, "must not contain NUL characters")
 	}
 }

@@ -72,8 +72,8 @@ func validateGroups(v *errs.Violations, field string, groups []string) []string 
 	out := make([]string, 0, len(groups))
 	for i, g := range groups {
 		g = strings.TrimSpace(g)
-		if g == "" || len(g) > 256 {
-			v.Add(field, "entry %d must be 1 to 256 characters", i)
+		if g == "" || len(g) > 256 || strings.ContainsRune(g, 0) {
+			v.Add(field, "entry %d must be 1 to 256 characters, without NUL", i)
 			continue
 		}
 		if !slices.Contains(out, g) {
@@ -125,11 +125,9 @@ func (s *Departments) ListDepartments(ctx context.Context, req *pb.ListDepartmen
 	if err != nil {
 		return nil, err
 	}
-	var after string
-	if req.GetPageToken() != "" {
-		if err := store.DecodePageToken(req.GetPageToken(), "departments|"+req.GetFilter(), &after); err != nil {
-			return nil, err
-		}
+	after, err := decodeIDCursor(req.GetPageToken(), "departments|"+req.GetFilter())
+	if err != nil {
+		return nil, err
 	}
 	args = append(args, after)
 	sql := `SELECT ` + departmentColumns + ` FROM departments WHERE (` + where + `) AND id > $` + strconv.Itoa(len(args))

@@ -142,11 +142,9 @@ func (s *Members) ListMembers(ctx context.Context, req *pb.ListMembersRequest) (
 		return nil, err
 	}
 	scope := "members|" + req.GetParent() + "|" + req.GetFilter()
-	var after string
-	if req.GetPageToken() != "" {
-		if err := store.DecodePageToken(req.GetPageToken(), scope, &after); err != nil {
-			return nil, err
-		}
+	after, err := decodeIDCursor(req.GetPageToken(), scope)
+	if err != nil {
+		return nil, err
 	}
 	args = append(args, t.ID, after, size+1)
 	n := len(args)
@@ -197,8 +195,8 @@ func (s *Members) CreateMember(ctx context.Context, req *pb.CreateMemberRequest)
 	default:
 		v.Add("member.user", "set exactly one of member.user or member.group")
 	}
-	if kind != "" && (principal == "" || len(principal) > 256) {
-		v.Add("member."+kind, "must be 1 to 256 characters")
+	if kind != "" && (principal == "" || len(principal) > 256 || strings.ContainsRune(principal, 0)) {
+		v.Add("member."+kind, "must be 1 to 256 characters, without NUL")
 	}
 	if !validRole(m.GetRole()) {
 		v.Add("member.role", "must be OWNER, MEMBER or VIEWER")

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/internal/errs"
 	"github.com/gpuplane/gpuplane/internal/identity"
+	"github.com/gpuplane/gpuplane/internal/names"
 	"github.com/gpuplane/gpuplane/internal/quota"
 	"github.com/gpuplane/gpuplane/internal/store"
 )
@@ -101,6 +103,22 @@ func (s *Service) correlationID(ctx context.Context) string {
 	return s.CorrelationID(ctx)
 }
 
+// decodeIDCursor reads a page token whose cursor is the last listed id.
+// Tokens are not signed, so a cursor that is not an id is refused here
+// instead of reaching SQL (a NUL byte fails the query: INTERNAL).
+func decodeIDCursor(token, scope string) (string, error) {
+	var after string
+	if err := store.DecodePageToken(token, scope, &after); err != nil {
+		return "", err
+	}
+	if token != "" && names.CheckID(after) != "" {
+		e := errs.New(errs.KindInvalidArgument, errs.ReasonInvalidPageToken, "invalid page token")
+		e.Violations = []errs.FieldViolation{{Field: "page_token", Description: "the page token is malformed"}}
+		return "", e
+	}
+	return after, nil
+}
+
 // Etag is derived from the row version and update time, so a resource that
 // was deleted and created again under the same name gets new etags.
 func Etag(version int64, updated time.Time) string {
@@ -126,8 +144,8 @@ func Idempotent[T proto.Message](ctx context.Context, tx pgx.Tx, caller, method,
 	if requestID == "" {
 		return create()
 	}
-	if len(requestID) > 128 {
-		return zero, errs.InvalidField("request_id", "must be at most 128 characters")
+	if len(requestID) > 128 || strings.ContainsRune(requestID, 0) {
+		return zero, errs.InvalidField("request_id", "must be at most 128 characters, without NUL")
 	}
 	reqBytes, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
 	if err != nil {

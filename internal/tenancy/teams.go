@@ -135,11 +135,9 @@ func (s *Teams) ListTeams(ctx context.Context, req *pb.ListTeamsRequest) (*pb.Li
 		return nil, err
 	}
 	scope := "teams|" + req.GetFilter()
-	var after string
-	if req.GetPageToken() != "" {
-		if err := store.DecodePageToken(req.GetPageToken(), scope, &after); err != nil {
-			return nil, err
-		}
+	after, err := decodeIDCursor(req.GetPageToken(), scope)
+	if err != nil {
+		return nil, err
 	}
 	args = append(args, after)
 	sql := `SELECT ` + teamColumns + ` FROM teams WHERE (` + where + `) AND id > $` + strconv.Itoa(len(args))

@@ -204,7 +204,7 @@ func (x Request_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Request_State.Descriptor instead.
 func (Request_State) EnumDescriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{7, 0}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{9, 0}
 }
 
 type Request_Kind int32
@@ -259,7 +259,7 @@ func (x Request_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Request_Kind.Descriptor instead.
 func (Request_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{7, 1}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{9, 1}
 }
 
 // VirtualCluster is a team's vCluster on the shared host cluster and its
@@ -649,6 +649,150 @@ func (x *Condition) GetObservedGeneration() int64 {
 	return 0
 }
 
+type GetVirtualClusterKubeconfigRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// teams/{team}/virtualClusters/{virtual_cluster}
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Platform admins only: the vCluster's own admin client certificate.
+	BreakGlass bool `protobuf:"varint,2,opt,name=break_glass,json=breakGlass,proto3" json:"break_glass,omitempty"`
+	// The gpuplane API address the credential plugin should use (defaults to
+	// the server's configured public address).
+	ApiEndpoint   string `protobuf:"bytes,3,opt,name=api_endpoint,json=apiEndpoint,proto3" json:"api_endpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetVirtualClusterKubeconfigRequest) Reset() {
+	*x = GetVirtualClusterKubeconfigRequest{}
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetVirtualClusterKubeconfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetVirtualClusterKubeconfigRequest) ProtoMessage() {}
+
+func (x *GetVirtualClusterKubeconfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetVirtualClusterKubeconfigRequest.ProtoReflect.Descriptor instead.
+func (*GetVirtualClusterKubeconfigRequest) Descriptor() ([]byte, []int) {
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GetVirtualClusterKubeconfigRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GetVirtualClusterKubeconfigRequest) GetBreakGlass() bool {
+	if x != nil {
+		return x.BreakGlass
+	}
+	return false
+}
+
+func (x *GetVirtualClusterKubeconfigRequest) GetApiEndpoint() string {
+	if x != nil {
+		return x.ApiEndpoint
+	}
+	return ""
+}
+
+type VirtualClusterKubeconfig struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A complete kubeconfig document (YAML).
+	Kubeconfig string `protobuf:"bytes,1,opt,name=kubeconfig,proto3" json:"kubeconfig,omitempty"`
+	// The virtual cluster API server address.
+	Server string `protobuf:"bytes,2,opt,name=server,proto3" json:"server,omitempty"`
+	// PEM CA bundle of the virtual cluster API server.
+	CertificateAuthorityData []byte `protobuf:"bytes,3,opt,name=certificate_authority_data,json=certificateAuthorityData,proto3" json:"certificate_authority_data,omitempty"`
+	// The context name inside the kubeconfig.
+	Context       string `protobuf:"bytes,4,opt,name=context,proto3" json:"context,omitempty"`
+	BreakGlass    bool   `protobuf:"varint,5,opt,name=break_glass,json=breakGlass,proto3" json:"break_glass,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VirtualClusterKubeconfig) Reset() {
+	*x = VirtualClusterKubeconfig{}
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VirtualClusterKubeconfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VirtualClusterKubeconfig) ProtoMessage() {}
+
+func (x *VirtualClusterKubeconfig) ProtoReflect() protoreflect.Message {
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VirtualClusterKubeconfig.ProtoReflect.Descriptor instead.
+func (*VirtualClusterKubeconfig) Descriptor() ([]byte, []int) {
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *VirtualClusterKubeconfig) GetKubeconfig() string {
+	if x != nil {
+		return x.Kubeconfig
+	}
+	return ""
+}
+
+func (x *VirtualClusterKubeconfig) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *VirtualClusterKubeconfig) GetCertificateAuthorityData() []byte {
+	if x != nil {
+		return x.CertificateAuthorityData
+	}
+	return nil
+}
+
+func (x *VirtualClusterKubeconfig) GetContext() string {
+	if x != nil {
+		return x.Context
+	}
+	return ""
+}
+
+func (x *VirtualClusterKubeconfig) GetBreakGlass() bool {
+	if x != nil {
+		return x.BreakGlass
+	}
+	return false
+}
+
 type GetVirtualClusterRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
@@ -658,7 +802,7 @@ type GetVirtualClusterRequest struct {
 
 func (x *GetVirtualClusterRequest) Reset() {
 	*x = GetVirtualClusterRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[4]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +814,7 @@ func (x *GetVirtualClusterRequest) String() string {
 func (*GetVirtualClusterRequest) ProtoMessage() {}
 
 func (x *GetVirtualClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[4]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +827,7 @@ func (x *GetVirtualClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVirtualClusterRequest.ProtoReflect.Descriptor instead.
 func (*GetVirtualClusterRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{4}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetVirtualClusterRequest) GetName() string {
@@ -707,7 +851,7 @@ type ListVirtualClustersRequest struct {
 
 func (x *ListVirtualClustersRequest) Reset() {
 	*x = ListVirtualClustersRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[5]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +863,7 @@ func (x *ListVirtualClustersRequest) String() string {
 func (*ListVirtualClustersRequest) ProtoMessage() {}
 
 func (x *ListVirtualClustersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[5]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +876,7 @@ func (x *ListVirtualClustersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVirtualClustersRequest.ProtoReflect.Descriptor instead.
 func (*ListVirtualClustersRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{5}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListVirtualClustersRequest) GetParent() string {
@@ -773,7 +917,7 @@ type ListVirtualClustersResponse struct {
 
 func (x *ListVirtualClustersResponse) Reset() {
 	*x = ListVirtualClustersResponse{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[6]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +929,7 @@ func (x *ListVirtualClustersResponse) String() string {
 func (*ListVirtualClustersResponse) ProtoMessage() {}
 
 func (x *ListVirtualClustersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[6]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +942,7 @@ func (x *ListVirtualClustersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVirtualClustersResponse.ProtoReflect.Descriptor instead.
 func (*ListVirtualClustersResponse) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{6}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListVirtualClustersResponse) GetVirtualClusters() []*VirtualCluster {
@@ -853,7 +997,7 @@ type Request struct {
 
 func (x *Request) Reset() {
 	*x = Request{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[7]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +1009,7 @@ func (x *Request) String() string {
 func (*Request) ProtoMessage() {}
 
 func (x *Request) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[7]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +1022,7 @@ func (x *Request) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Request.ProtoReflect.Descriptor instead.
 func (*Request) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{7}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Request) GetName() string {
@@ -1070,7 +1214,7 @@ type CreateVirtualClusterPayload struct {
 
 func (x *CreateVirtualClusterPayload) Reset() {
 	*x = CreateVirtualClusterPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[8]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1226,7 @@ func (x *CreateVirtualClusterPayload) String() string {
 func (*CreateVirtualClusterPayload) ProtoMessage() {}
 
 func (x *CreateVirtualClusterPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[8]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1239,7 @@ func (x *CreateVirtualClusterPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVirtualClusterPayload.ProtoReflect.Descriptor instead.
 func (*CreateVirtualClusterPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{8}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateVirtualClusterPayload) GetVirtualClusterId() string {
@@ -1135,7 +1279,7 @@ type ChangeVirtualClusterQuotaPayload struct {
 
 func (x *ChangeVirtualClusterQuotaPayload) Reset() {
 	*x = ChangeVirtualClusterQuotaPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[9]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1147,7 +1291,7 @@ func (x *ChangeVirtualClusterQuotaPayload) String() string {
 func (*ChangeVirtualClusterQuotaPayload) ProtoMessage() {}
 
 func (x *ChangeVirtualClusterQuotaPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[9]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1160,7 +1304,7 @@ func (x *ChangeVirtualClusterQuotaPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeVirtualClusterQuotaPayload.ProtoReflect.Descriptor instead.
 func (*ChangeVirtualClusterQuotaPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{9}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ChangeVirtualClusterQuotaPayload) GetVirtualCluster() string {
@@ -1201,7 +1345,7 @@ type ChangeTeamQuotaPayload struct {
 
 func (x *ChangeTeamQuotaPayload) Reset() {
 	*x = ChangeTeamQuotaPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[10]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1357,7 @@ func (x *ChangeTeamQuotaPayload) String() string {
 func (*ChangeTeamQuotaPayload) ProtoMessage() {}
 
 func (x *ChangeTeamQuotaPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[10]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1370,7 @@ func (x *ChangeTeamQuotaPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeTeamQuotaPayload.ProtoReflect.Descriptor instead.
 func (*ChangeTeamQuotaPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{10}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ChangeTeamQuotaPayload) GetQuota() *Quota {
@@ -1252,7 +1396,7 @@ type DeleteVirtualClusterPayload struct {
 
 func (x *DeleteVirtualClusterPayload) Reset() {
 	*x = DeleteVirtualClusterPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[11]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1408,7 @@ func (x *DeleteVirtualClusterPayload) String() string {
 func (*DeleteVirtualClusterPayload) ProtoMessage() {}
 
 func (x *DeleteVirtualClusterPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[11]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1421,7 @@ func (x *DeleteVirtualClusterPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVirtualClusterPayload.ProtoReflect.Descriptor instead.
 func (*DeleteVirtualClusterPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{11}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteVirtualClusterPayload) GetVirtualCluster() string {
@@ -1298,7 +1442,7 @@ type FitResult struct {
 
 func (x *FitResult) Reset() {
 	*x = FitResult{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[12]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1454,7 @@ func (x *FitResult) String() string {
 func (*FitResult) ProtoMessage() {}
 
 func (x *FitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[12]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1467,7 @@ func (x *FitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FitResult.ProtoReflect.Descriptor instead.
 func (*FitResult) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{12}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FitResult) GetFits() bool {
@@ -1359,7 +1503,7 @@ type Shortfall struct {
 
 func (x *Shortfall) Reset() {
 	*x = Shortfall{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[13]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1371,7 +1515,7 @@ func (x *Shortfall) String() string {
 func (*Shortfall) ProtoMessage() {}
 
 func (x *Shortfall) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[13]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1384,7 +1528,7 @@ func (x *Shortfall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shortfall.ProtoReflect.Descriptor instead.
 func (*Shortfall) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{13}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Shortfall) GetLevel() string {
@@ -1446,7 +1590,7 @@ type CreateRequestRequest struct {
 
 func (x *CreateRequestRequest) Reset() {
 	*x = CreateRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[14]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1602,7 @@ func (x *CreateRequestRequest) String() string {
 func (*CreateRequestRequest) ProtoMessage() {}
 
 func (x *CreateRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[14]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1615,7 @@ func (x *CreateRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequestRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{14}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateRequestRequest) GetRequest() *Request {
@@ -1497,7 +1641,7 @@ type GetRequestRequest struct {
 
 func (x *GetRequestRequest) Reset() {
 	*x = GetRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[15]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1653,7 @@ func (x *GetRequestRequest) String() string {
 func (*GetRequestRequest) ProtoMessage() {}
 
 func (x *GetRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[15]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1666,7 @@ func (x *GetRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequestRequest.ProtoReflect.Descriptor instead.
 func (*GetRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{15}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetRequestRequest) GetName() string {
@@ -1545,7 +1689,7 @@ type ListRequestsRequest struct {
 
 func (x *ListRequestsRequest) Reset() {
 	*x = ListRequestsRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[16]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1701,7 @@ func (x *ListRequestsRequest) String() string {
 func (*ListRequestsRequest) ProtoMessage() {}
 
 func (x *ListRequestsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[16]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1714,7 @@ func (x *ListRequestsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequestsRequest.ProtoReflect.Descriptor instead.
 func (*ListRequestsRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{16}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListRequestsRequest) GetPageSize() int32 {
@@ -1605,7 +1749,7 @@ type ListRequestsResponse struct {
 
 func (x *ListRequestsResponse) Reset() {
 	*x = ListRequestsResponse{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[17]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1761,7 @@ func (x *ListRequestsResponse) String() string {
 func (*ListRequestsResponse) ProtoMessage() {}
 
 func (x *ListRequestsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[17]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1774,7 @@ func (x *ListRequestsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequestsResponse.ProtoReflect.Descriptor instead.
 func (*ListRequestsResponse) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{17}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListRequestsResponse) GetRequests() []*Request {
@@ -1657,7 +1801,7 @@ type CancelRequestRequest struct {
 
 func (x *CancelRequestRequest) Reset() {
 	*x = CancelRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[18]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1813,7 @@ func (x *CancelRequestRequest) String() string {
 func (*CancelRequestRequest) ProtoMessage() {}
 
 func (x *CancelRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[18]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1826,7 @@ func (x *CancelRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequestRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{18}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CancelRequestRequest) GetName() string {
@@ -1710,7 +1854,7 @@ type ApproveRequestRequest struct {
 
 func (x *ApproveRequestRequest) Reset() {
 	*x = ApproveRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[19]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1722,7 +1866,7 @@ func (x *ApproveRequestRequest) String() string {
 func (*ApproveRequestRequest) ProtoMessage() {}
 
 func (x *ApproveRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[19]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1735,7 +1879,7 @@ func (x *ApproveRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveRequestRequest.ProtoReflect.Descriptor instead.
 func (*ApproveRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{19}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ApproveRequestRequest) GetName() string {
@@ -1770,7 +1914,7 @@ type RejectRequestRequest struct {
 
 func (x *RejectRequestRequest) Reset() {
 	*x = RejectRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[20]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +1926,7 @@ func (x *RejectRequestRequest) String() string {
 func (*RejectRequestRequest) ProtoMessage() {}
 
 func (x *RejectRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[20]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +1939,7 @@ func (x *RejectRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectRequestRequest.ProtoReflect.Descriptor instead.
 func (*RejectRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{20}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RejectRequestRequest) GetName() string {
@@ -1830,7 +1974,7 @@ type CheckFitRequest struct {
 
 func (x *CheckFitRequest) Reset() {
 	*x = CheckFitRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[21]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1842,7 +1986,7 @@ func (x *CheckFitRequest) String() string {
 func (*CheckFitRequest) ProtoMessage() {}
 
 func (x *CheckFitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[21]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1855,7 +1999,7 @@ func (x *CheckFitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckFitRequest.ProtoReflect.Descriptor instead.
 func (*CheckFitRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{21}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CheckFitRequest) GetName() string {
@@ -1892,7 +2036,7 @@ type ApprovalPolicy struct {
 
 func (x *ApprovalPolicy) Reset() {
 	*x = ApprovalPolicy{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[22]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2048,7 @@ func (x *ApprovalPolicy) String() string {
 func (*ApprovalPolicy) ProtoMessage() {}
 
 func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[22]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2061,7 @@ func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicy.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicy) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{22}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ApprovalPolicy) GetName() string {
@@ -1978,7 +2122,7 @@ type GetApprovalPolicyRequest struct {
 
 func (x *GetApprovalPolicyRequest) Reset() {
 	*x = GetApprovalPolicyRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[23]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +2134,7 @@ func (x *GetApprovalPolicyRequest) String() string {
 func (*GetApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *GetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[23]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2147,7 @@ func (x *GetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{23}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetApprovalPolicyRequest) GetName() string {
@@ -2023,7 +2167,7 @@ type ListApprovalPoliciesRequest struct {
 
 func (x *ListApprovalPoliciesRequest) Reset() {
 	*x = ListApprovalPoliciesRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[24]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2179,7 @@ func (x *ListApprovalPoliciesRequest) String() string {
 func (*ListApprovalPoliciesRequest) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[24]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2192,7 @@ func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{24}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListApprovalPoliciesRequest) GetPageSize() int32 {
@@ -2075,7 +2219,7 @@ type ListApprovalPoliciesResponse struct {
 
 func (x *ListApprovalPoliciesResponse) Reset() {
 	*x = ListApprovalPoliciesResponse{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[25]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2231,7 @@ func (x *ListApprovalPoliciesResponse) String() string {
 func (*ListApprovalPoliciesResponse) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[25]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2244,7 @@ func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{25}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListApprovalPoliciesResponse) GetApprovalPolicies() []*ApprovalPolicy {
@@ -2128,7 +2272,7 @@ type CreateApprovalPolicyRequest struct {
 
 func (x *CreateApprovalPolicyRequest) Reset() {
 	*x = CreateApprovalPolicyRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[26]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2140,7 +2284,7 @@ func (x *CreateApprovalPolicyRequest) String() string {
 func (*CreateApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *CreateApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[26]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2153,7 +2297,7 @@ func (x *CreateApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*CreateApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{26}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateApprovalPolicyRequest) GetApprovalPolicyId() string {
@@ -2188,7 +2332,7 @@ type UpdateApprovalPolicyRequest struct {
 
 func (x *UpdateApprovalPolicyRequest) Reset() {
 	*x = UpdateApprovalPolicyRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[27]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2344,7 @@ func (x *UpdateApprovalPolicyRequest) String() string {
 func (*UpdateApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *UpdateApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[27]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2357,7 @@ func (x *UpdateApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*UpdateApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{27}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UpdateApprovalPolicyRequest) GetApprovalPolicy() *ApprovalPolicy {
@@ -2240,7 +2384,7 @@ type DeleteApprovalPolicyRequest struct {
 
 func (x *DeleteApprovalPolicyRequest) Reset() {
 	*x = DeleteApprovalPolicyRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[28]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2252,7 +2396,7 @@ func (x *DeleteApprovalPolicyRequest) String() string {
 func (*DeleteApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *DeleteApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[28]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2265,7 +2409,7 @@ func (x *DeleteApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeleteApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{28}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteApprovalPolicyRequest) GetName() string {
@@ -2341,7 +2485,21 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04TRUE\x10\x01\x12\t\n" +
 	"\x05FALSE\x10\x02\x12\v\n" +
-	"\aUNKNOWN\x10\x03\".\n" +
+	"\aUNKNOWN\x10\x03\"|\n" +
+	"\"GetVirtualClusterKubeconfigRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\vbreak_glass\x18\x02 \x01(\bR\n" +
+	"breakGlass\x12!\n" +
+	"\fapi_endpoint\x18\x03 \x01(\tR\vapiEndpoint\"\xcb\x01\n" +
+	"\x18VirtualClusterKubeconfig\x12\x1e\n" +
+	"\n" +
+	"kubeconfig\x18\x01 \x01(\tR\n" +
+	"kubeconfig\x12\x16\n" +
+	"\x06server\x18\x02 \x01(\tR\x06server\x12<\n" +
+	"\x1acertificate_authority_data\x18\x03 \x01(\fR\x18certificateAuthorityData\x12\x18\n" +
+	"\acontext\x18\x04 \x01(\tR\acontext\x12\x1f\n" +
+	"\vbreak_glass\x18\x05 \x01(\bR\n" +
+	"breakGlass\".\n" +
 	"\x18GetVirtualClusterRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x88\x01\n" +
 	"\x1aListVirtualClustersRequest\x12\x16\n" +
@@ -2482,10 +2640,11 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"updateMask\"E\n" +
 	"\x1bDeleteApprovalPolicyRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04etag\x18\x02 \x01(\tR\x04etag2\xb8\x02\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag2\xe9\x03\n" +
 	"\x15VirtualClusterService\x12\x85\x01\n" +
 	"\x11GetVirtualCluster\x12%.gpuplane.v1.GetVirtualClusterRequest\x1a\x1b.gpuplane.v1.VirtualCluster\",\x82\xd3\xe4\x93\x02&\x12$/v1/{name=teams/*/virtualClusters/*}\x12\x96\x01\n" +
-	"\x13ListVirtualClusters\x12'.gpuplane.v1.ListVirtualClustersRequest\x1a(.gpuplane.v1.ListVirtualClustersResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/{parent=teams/*}/virtualClusters2\xad\x06\n" +
+	"\x13ListVirtualClusters\x12'.gpuplane.v1.ListVirtualClustersRequest\x1a(.gpuplane.v1.ListVirtualClustersResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/{parent=teams/*}/virtualClusters\x12\xae\x01\n" +
+	"\x1bGetVirtualClusterKubeconfig\x12/.gpuplane.v1.GetVirtualClusterKubeconfigRequest\x1a%.gpuplane.v1.VirtualClusterKubeconfig\"7\x82\xd3\xe4\x93\x021\x12//v1/{name=teams/*/virtualClusters/*}:kubeconfig2\xad\x06\n" +
 	"\x0eRequestService\x12g\n" +
 	"\rCreateRequest\x12!.gpuplane.v1.CreateRequestRequest\x1a\x14.gpuplane.v1.Request\"\x1d\x82\xd3\xe4\x93\x02\x17:\arequest\"\f/v1/requests\x12a\n" +
 	"\n" +
@@ -2515,113 +2674,117 @@ func file_gpuplane_v1_workflow_proto_rawDescGZIP() []byte {
 }
 
 var file_gpuplane_v1_workflow_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_gpuplane_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_gpuplane_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_gpuplane_v1_workflow_proto_goTypes = []any{
-	(VirtualClusterStatus_Phase)(0),          // 0: gpuplane.v1.VirtualClusterStatus.Phase
-	(Condition_Status)(0),                    // 1: gpuplane.v1.Condition.Status
-	(Request_State)(0),                       // 2: gpuplane.v1.Request.State
-	(Request_Kind)(0),                        // 3: gpuplane.v1.Request.Kind
-	(*VirtualCluster)(nil),                   // 4: gpuplane.v1.VirtualCluster
-	(*VirtualClusterSpec)(nil),               // 5: gpuplane.v1.VirtualClusterSpec
-	(*VirtualClusterStatus)(nil),             // 6: gpuplane.v1.VirtualClusterStatus
-	(*Condition)(nil),                        // 7: gpuplane.v1.Condition
-	(*GetVirtualClusterRequest)(nil),         // 8: gpuplane.v1.GetVirtualClusterRequest
-	(*ListVirtualClustersRequest)(nil),       // 9: gpuplane.v1.ListVirtualClustersRequest
-	(*ListVirtualClustersResponse)(nil),      // 10: gpuplane.v1.ListVirtualClustersResponse
-	(*Request)(nil),                          // 11: gpuplane.v1.Request
-	(*CreateVirtualClusterPayload)(nil),      // 12: gpuplane.v1.CreateVirtualClusterPayload
-	(*ChangeVirtualClusterQuotaPayload)(nil), // 13: gpuplane.v1.ChangeVirtualClusterQuotaPayload
-	(*ChangeTeamQuotaPayload)(nil),           // 14: gpuplane.v1.ChangeTeamQuotaPayload
-	(*DeleteVirtualClusterPayload)(nil),      // 15: gpuplane.v1.DeleteVirtualClusterPayload
-	(*FitResult)(nil),                        // 16: gpuplane.v1.FitResult
-	(*Shortfall)(nil),                        // 17: gpuplane.v1.Shortfall
-	(*CreateRequestRequest)(nil),             // 18: gpuplane.v1.CreateRequestRequest
-	(*GetRequestRequest)(nil),                // 19: gpuplane.v1.GetRequestRequest
-	(*ListRequestsRequest)(nil),              // 20: gpuplane.v1.ListRequestsRequest
-	(*ListRequestsResponse)(nil),             // 21: gpuplane.v1.ListRequestsResponse
-	(*CancelRequestRequest)(nil),             // 22: gpuplane.v1.CancelRequestRequest
-	(*ApproveRequestRequest)(nil),            // 23: gpuplane.v1.ApproveRequestRequest
-	(*RejectRequestRequest)(nil),             // 24: gpuplane.v1.RejectRequestRequest
-	(*CheckFitRequest)(nil),                  // 25: gpuplane.v1.CheckFitRequest
-	(*ApprovalPolicy)(nil),                   // 26: gpuplane.v1.ApprovalPolicy
-	(*GetApprovalPolicyRequest)(nil),         // 27: gpuplane.v1.GetApprovalPolicyRequest
-	(*ListApprovalPoliciesRequest)(nil),      // 28: gpuplane.v1.ListApprovalPoliciesRequest
-	(*ListApprovalPoliciesResponse)(nil),     // 29: gpuplane.v1.ListApprovalPoliciesResponse
-	(*CreateApprovalPolicyRequest)(nil),      // 30: gpuplane.v1.CreateApprovalPolicyRequest
-	(*UpdateApprovalPolicyRequest)(nil),      // 31: gpuplane.v1.UpdateApprovalPolicyRequest
-	(*DeleteApprovalPolicyRequest)(nil),      // 32: gpuplane.v1.DeleteApprovalPolicyRequest
-	(*timestamppb.Timestamp)(nil),            // 33: google.protobuf.Timestamp
-	(*Quota)(nil),                            // 34: gpuplane.v1.Quota
-	(*fieldmaskpb.FieldMask)(nil),            // 35: google.protobuf.FieldMask
-	(*emptypb.Empty)(nil),                    // 36: google.protobuf.Empty
+	(VirtualClusterStatus_Phase)(0),            // 0: gpuplane.v1.VirtualClusterStatus.Phase
+	(Condition_Status)(0),                      // 1: gpuplane.v1.Condition.Status
+	(Request_State)(0),                         // 2: gpuplane.v1.Request.State
+	(Request_Kind)(0),                          // 3: gpuplane.v1.Request.Kind
+	(*VirtualCluster)(nil),                     // 4: gpuplane.v1.VirtualCluster
+	(*VirtualClusterSpec)(nil),                 // 5: gpuplane.v1.VirtualClusterSpec
+	(*VirtualClusterStatus)(nil),               // 6: gpuplane.v1.VirtualClusterStatus
+	(*Condition)(nil),                          // 7: gpuplane.v1.Condition
+	(*GetVirtualClusterKubeconfigRequest)(nil), // 8: gpuplane.v1.GetVirtualClusterKubeconfigRequest
+	(*VirtualClusterKubeconfig)(nil),           // 9: gpuplane.v1.VirtualClusterKubeconfig
+	(*GetVirtualClusterRequest)(nil),           // 10: gpuplane.v1.GetVirtualClusterRequest
+	(*ListVirtualClustersRequest)(nil),         // 11: gpuplane.v1.ListVirtualClustersRequest
+	(*ListVirtualClustersResponse)(nil),        // 12: gpuplane.v1.ListVirtualClustersResponse
+	(*Request)(nil),                            // 13: gpuplane.v1.Request
+	(*CreateVirtualClusterPayload)(nil),        // 14: gpuplane.v1.CreateVirtualClusterPayload
+	(*ChangeVirtualClusterQuotaPayload)(nil),   // 15: gpuplane.v1.ChangeVirtualClusterQuotaPayload
+	(*ChangeTeamQuotaPayload)(nil),             // 16: gpuplane.v1.ChangeTeamQuotaPayload
+	(*DeleteVirtualClusterPayload)(nil),        // 17: gpuplane.v1.DeleteVirtualClusterPayload
+	(*FitResult)(nil),                          // 18: gpuplane.v1.FitResult
+	(*Shortfall)(nil),                          // 19: gpuplane.v1.Shortfall
+	(*CreateRequestRequest)(nil),               // 20: gpuplane.v1.CreateRequestRequest
+	(*GetRequestRequest)(nil),                  // 21: gpuplane.v1.GetRequestRequest
+	(*ListRequestsRequest)(nil),                // 22: gpuplane.v1.ListRequestsRequest
+	(*ListRequestsResponse)(nil),               // 23: gpuplane.v1.ListRequestsResponse
+	(*CancelRequestRequest)(nil),               // 24: gpuplane.v1.CancelRequestRequest
+	(*ApproveRequestRequest)(nil),              // 25: gpuplane.v1.ApproveRequestRequest
+	(*RejectRequestRequest)(nil),               // 26: gpuplane.v1.RejectRequestRequest
+	(*CheckFitRequest)(nil),                    // 27: gpuplane.v1.CheckFitRequest
+	(*ApprovalPolicy)(nil),                     // 28: gpuplane.v1.ApprovalPolicy
+	(*GetApprovalPolicyRequest)(nil),           // 29: gpuplane.v1.GetApprovalPolicyRequest
+	(*ListApprovalPoliciesRequest)(nil),        // 30: gpuplane.v1.ListApprovalPoliciesRequest
+	(*ListApprovalPoliciesResponse)(nil),       // 31: gpuplane.v1.ListApprovalPoliciesResponse
+	(*CreateApprovalPolicyRequest)(nil),        // 32: gpuplane.v1.CreateApprovalPolicyRequest
+	(*UpdateApprovalPolicyRequest)(nil),        // 33: gpuplane.v1.UpdateApprovalPolicyRequest
+	(*DeleteApprovalPolicyRequest)(nil),        // 34: gpuplane.v1.DeleteApprovalPolicyRequest
+	(*timestamppb.Timestamp)(nil),              // 35: google.protobuf.Timestamp
+	(*Quota)(nil),                              // 36: gpuplane.v1.Quota
+	(*fieldmaskpb.FieldMask)(nil),              // 37: google.protobuf.FieldMask
+	(*emptypb.Empty)(nil),                      // 38: google.protobuf.Empty
 }
 var file_gpuplane_v1_workflow_proto_depIdxs = []int32{
 	5,  // 0: gpuplane.v1.VirtualCluster.spec:type_name -> gpuplane.v1.VirtualClusterSpec
 	6,  // 1: gpuplane.v1.VirtualCluster.status:type_name -> gpuplane.v1.VirtualClusterStatus
-	33, // 2: gpuplane.v1.VirtualCluster.create_time:type_name -> google.protobuf.Timestamp
-	33, // 3: gpuplane.v1.VirtualCluster.update_time:type_name -> google.protobuf.Timestamp
-	34, // 4: gpuplane.v1.VirtualClusterSpec.quota:type_name -> gpuplane.v1.Quota
-	34, // 5: gpuplane.v1.VirtualClusterSpec.limit:type_name -> gpuplane.v1.Quota
-	33, // 6: gpuplane.v1.VirtualClusterSpec.expire_time:type_name -> google.protobuf.Timestamp
+	35, // 2: gpuplane.v1.VirtualCluster.create_time:type_name -> google.protobuf.Timestamp
+	35, // 3: gpuplane.v1.VirtualCluster.update_time:type_name -> google.protobuf.Timestamp
+	36, // 4: gpuplane.v1.VirtualClusterSpec.quota:type_name -> gpuplane.v1.Quota
+	36, // 5: gpuplane.v1.VirtualClusterSpec.limit:type_name -> gpuplane.v1.Quota
+	35, // 6: gpuplane.v1.VirtualClusterSpec.expire_time:type_name -> google.protobuf.Timestamp
 	0,  // 7: gpuplane.v1.VirtualClusterStatus.phase:type_name -> gpuplane.v1.VirtualClusterStatus.Phase
 	7,  // 8: gpuplane.v1.VirtualClusterStatus.conditions:type_name -> gpuplane.v1.Condition
-	34, // 9: gpuplane.v1.VirtualClusterStatus.allocated:type_name -> gpuplane.v1.Quota
+	36, // 9: gpuplane.v1.VirtualClusterStatus.allocated:type_name -> gpuplane.v1.Quota
 	1,  // 10: gpuplane.v1.Condition.status:type_name -> gpuplane.v1.Condition.Status
-	33, // 11: gpuplane.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	35, // 11: gpuplane.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
 	4,  // 12: gpuplane.v1.ListVirtualClustersResponse.virtual_clusters:type_name -> gpuplane.v1.VirtualCluster
 	3,  // 13: gpuplane.v1.Request.kind:type_name -> gpuplane.v1.Request.Kind
-	12, // 14: gpuplane.v1.Request.create_virtual_cluster:type_name -> gpuplane.v1.CreateVirtualClusterPayload
-	13, // 15: gpuplane.v1.Request.change_virtual_cluster_quota:type_name -> gpuplane.v1.ChangeVirtualClusterQuotaPayload
-	14, // 16: gpuplane.v1.Request.change_team_quota:type_name -> gpuplane.v1.ChangeTeamQuotaPayload
-	15, // 17: gpuplane.v1.Request.delete_virtual_cluster:type_name -> gpuplane.v1.DeleteVirtualClusterPayload
+	14, // 14: gpuplane.v1.Request.create_virtual_cluster:type_name -> gpuplane.v1.CreateVirtualClusterPayload
+	15, // 15: gpuplane.v1.Request.change_virtual_cluster_quota:type_name -> gpuplane.v1.ChangeVirtualClusterQuotaPayload
+	16, // 16: gpuplane.v1.Request.change_team_quota:type_name -> gpuplane.v1.ChangeTeamQuotaPayload
+	17, // 17: gpuplane.v1.Request.delete_virtual_cluster:type_name -> gpuplane.v1.DeleteVirtualClusterPayload
 	2,  // 18: gpuplane.v1.Request.state:type_name -> gpuplane.v1.Request.State
-	33, // 19: gpuplane.v1.Request.decide_time:type_name -> google.protobuf.Timestamp
-	33, // 20: gpuplane.v1.Request.create_time:type_name -> google.protobuf.Timestamp
-	33, // 21: gpuplane.v1.Request.update_time:type_name -> google.protobuf.Timestamp
+	35, // 19: gpuplane.v1.Request.decide_time:type_name -> google.protobuf.Timestamp
+	35, // 20: gpuplane.v1.Request.create_time:type_name -> google.protobuf.Timestamp
+	35, // 21: gpuplane.v1.Request.update_time:type_name -> google.protobuf.Timestamp
 	5,  // 22: gpuplane.v1.CreateVirtualClusterPayload.spec:type_name -> gpuplane.v1.VirtualClusterSpec
-	34, // 23: gpuplane.v1.ChangeVirtualClusterQuotaPayload.quota:type_name -> gpuplane.v1.Quota
-	34, // 24: gpuplane.v1.ChangeVirtualClusterQuotaPayload.limit:type_name -> gpuplane.v1.Quota
-	34, // 25: gpuplane.v1.ChangeTeamQuotaPayload.quota:type_name -> gpuplane.v1.Quota
-	17, // 26: gpuplane.v1.FitResult.shortfalls:type_name -> gpuplane.v1.Shortfall
-	11, // 27: gpuplane.v1.CreateRequestRequest.request:type_name -> gpuplane.v1.Request
-	11, // 28: gpuplane.v1.ListRequestsResponse.requests:type_name -> gpuplane.v1.Request
-	11, // 29: gpuplane.v1.CheckFitRequest.request:type_name -> gpuplane.v1.Request
-	33, // 30: gpuplane.v1.ApprovalPolicy.create_time:type_name -> google.protobuf.Timestamp
-	33, // 31: gpuplane.v1.ApprovalPolicy.update_time:type_name -> google.protobuf.Timestamp
-	26, // 32: gpuplane.v1.ListApprovalPoliciesResponse.approval_policies:type_name -> gpuplane.v1.ApprovalPolicy
-	26, // 33: gpuplane.v1.CreateApprovalPolicyRequest.approval_policy:type_name -> gpuplane.v1.ApprovalPolicy
-	26, // 34: gpuplane.v1.UpdateApprovalPolicyRequest.approval_policy:type_name -> gpuplane.v1.ApprovalPolicy
-	35, // 35: gpuplane.v1.UpdateApprovalPolicyRequest.update_mask:type_name -> google.protobuf.FieldMask
-	8,  // 36: gpuplane.v1.VirtualClusterService.GetVirtualCluster:input_type -> gpuplane.v1.GetVirtualClusterRequest
-	9,  // 37: gpuplane.v1.VirtualClusterService.ListVirtualClusters:input_type -> gpuplane.v1.ListVirtualClustersRequest
-	18, // 38: gpuplane.v1.RequestService.CreateRequest:input_type -> gpuplane.v1.CreateRequestRequest
-	19, // 39: gpuplane.v1.RequestService.GetRequest:input_type -> gpuplane.v1.GetRequestRequest
-	20, // 40: gpuplane.v1.RequestService.ListRequests:input_type -> gpuplane.v1.ListRequestsRequest
-	22, // 41: gpuplane.v1.RequestService.CancelRequest:input_type -> gpuplane.v1.CancelRequestRequest
-	23, // 42: gpuplane.v1.RequestService.ApproveRequest:input_type -> gpuplane.v1.ApproveRequestRequest
-	24, // 43: gpuplane.v1.RequestService.RejectRequest:input_type -> gpuplane.v1.RejectRequestRequest
-	25, // 44: gpuplane.v1.RequestService.CheckFit:input_type -> gpuplane.v1.CheckFitRequest
-	27, // 45: gpuplane.v1.ApprovalPolicyService.GetApprovalPolicy:input_type -> gpuplane.v1.GetApprovalPolicyRequest
-	28, // 46: gpuplane.v1.ApprovalPolicyService.ListApprovalPolicies:input_type -> gpuplane.v1.ListApprovalPoliciesRequest
-	30, // 47: gpuplane.v1.ApprovalPolicyService.CreateApprovalPolicy:input_type -> gpuplane.v1.CreateApprovalPolicyRequest
-	31, // 48: gpuplane.v1.ApprovalPolicyService.UpdateApprovalPolicy:input_type -> gpuplane.v1.UpdateApprovalPolicyRequest
-	32, // 49: gpuplane.v1.ApprovalPolicyService.DeleteApprovalPolicy:input_type -> gpuplane.v1.DeleteApprovalPolicyRequest
-	4,  // 50: gpuplane.v1.VirtualClusterService.GetVirtualCluster:output_type -> gpuplane.v1.VirtualCluster
-	10, // 51: gpuplane.v1.VirtualClusterService.ListVirtualClusters:output_type -> gpuplane.v1.ListVirtualClustersResponse
-	11, // 52: gpuplane.v1.RequestService.CreateRequest:output_type -> gpuplane.v1.Request
-	11, // 53: gpuplane.v1.RequestService.GetRequest:output_type -> gpuplane.v1.Request
-	21, // 54: gpuplane.v1.RequestService.ListRequests:output_type -> gpuplane.v1.ListRequestsResponse
-	11, // 55: gpuplane.v1.RequestService.CancelRequest:output_type -> gpuplane.v1.Request
-	11, // 56: gpuplane.v1.RequestService.ApproveRequest:output_type -> gpuplane.v1.Request
-	11, // 57: gpuplane.v1.RequestService.RejectRequest:output_type -> gpuplane.v1.Request
-	16, // 58: gpuplane.v1.RequestService.CheckFit:output_type -> gpuplane.v1.FitResult
-	26, // 59: gpuplane.v1.ApprovalPolicyService.GetApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
-	29, // 60: gpuplane.v1.ApprovalPolicyService.ListApprovalPolicies:output_type -> gpuplane.v1.ListApprovalPoliciesResponse
-	26, // 61: gpuplane.v1.ApprovalPolicyService.CreateApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
-	26, // 62: gpuplane.v1.ApprovalPolicyService.UpdateApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
-	36, // 63: gpuplane.v1.ApprovalPolicyService.DeleteApprovalPolicy:output_type -> google.protobuf.Empty
-	50, // [50:64] is the sub-list for method output_type
-	36, // [36:50] is the sub-list for method input_type
+	36, // 23: gpuplane.v1.ChangeVirtualClusterQuotaPayload.quota:type_name -> gpuplane.v1.Quota
+	36, // 24: gpuplane.v1.ChangeVirtualClusterQuotaPayload.limit:type_name -> gpuplane.v1.Quota
+	36, // 25: gpuplane.v1.ChangeTeamQuotaPayload.quota:type_name -> gpuplane.v1.Quota
+	19, // 26: gpuplane.v1.FitResult.shortfalls:type_name -> gpuplane.v1.Shortfall
+	13, // 27: gpuplane.v1.CreateRequestRequest.request:type_name -> gpuplane.v1.Request
+	13, // 28: gpuplane.v1.ListRequestsResponse.requests:type_name -> gpuplane.v1.Request
+	13, // 29: gpuplane.v1.CheckFitRequest.request:type_name -> gpuplane.v1.Request
+	35, // 30: gpuplane.v1.ApprovalPolicy.create_time:type_name -> google.protobuf.Timestamp
+	35, // 31: gpuplane.v1.ApprovalPolicy.update_time:type_name -> google.protobuf.Timestamp
+	28, // 32: gpuplane.v1.ListApprovalPoliciesResponse.approval_policies:type_name -> gpuplane.v1.ApprovalPolicy
+	28, // 33: gpuplane.v1.CreateApprovalPolicyRequest.approval_policy:type_name -> gpuplane.v1.ApprovalPolicy
+	28, // 34: gpuplane.v1.UpdateApprovalPolicyRequest.approval_policy:type_name -> gpuplane.v1.ApprovalPolicy
+	37, // 35: gpuplane.v1.UpdateApprovalPolicyRequest.update_mask:type_name -> google.protobuf.FieldMask
+	10, // 36: gpuplane.v1.VirtualClusterService.GetVirtualCluster:input_type -> gpuplane.v1.GetVirtualClusterRequest
+	11, // 37: gpuplane.v1.VirtualClusterService.ListVirtualClusters:input_type -> gpuplane.v1.ListVirtualClustersRequest
+	8,  // 38: gpuplane.v1.VirtualClusterService.GetVirtualClusterKubeconfig:input_type -> gpuplane.v1.GetVirtualClusterKubeconfigRequest
+	20, // 39: gpuplane.v1.RequestService.CreateRequest:input_type -> gpuplane.v1.CreateRequestRequest
+	21, // 40: gpuplane.v1.RequestService.GetRequest:input_type -> gpuplane.v1.GetRequestRequest
+	22, // 41: gpuplane.v1.RequestService.ListRequests:input_type -> gpuplane.v1.ListRequestsRequest
+	24, // 42: gpuplane.v1.RequestService.CancelRequest:input_type -> gpuplane.v1.CancelRequestRequest
+	25, // 43: gpuplane.v1.RequestService.ApproveRequest:input_type -> gpuplane.v1.ApproveRequestRequest
+	26, // 44: gpuplane.v1.RequestService.RejectRequest:input_type -> gpuplane.v1.RejectRequestRequest
+	27, // 45: gpuplane.v1.RequestService.CheckFit:input_type -> gpuplane.v1.CheckFitRequest
+	29, // 46: gpuplane.v1.ApprovalPolicyService.GetApprovalPolicy:input_type -> gpuplane.v1.GetApprovalPolicyRequest
+	30, // 47: gpuplane.v1.ApprovalPolicyService.ListApprovalPolicies:input_type -> gpuplane.v1.ListApprovalPoliciesRequest
+	32, // 48: gpuplane.v1.ApprovalPolicyService.CreateApprovalPolicy:input_type -> gpuplane.v1.CreateApprovalPolicyRequest
+	33, // 49: gpuplane.v1.ApprovalPolicyService.UpdateApprovalPolicy:input_type -> gpuplane.v1.UpdateApprovalPolicyRequest
+	34, // 50: gpuplane.v1.ApprovalPolicyService.DeleteApprovalPolicy:input_type -> gpuplane.v1.DeleteApprovalPolicyRequest
+	4,  // 51: gpuplane.v1.VirtualClusterService.GetVirtualCluster:output_type -> gpuplane.v1.VirtualCluster
+	12, // 52: gpuplane.v1.VirtualClusterService.ListVirtualClusters:output_type -> gpuplane.v1.ListVirtualClustersResponse
+	9,  // 53: gpuplane.v1.VirtualClusterService.GetVirtualClusterKubeconfig:output_type -> gpuplane.v1.VirtualClusterKubeconfig
+	13, // 54: gpuplane.v1.RequestService.CreateRequest:output_type -> gpuplane.v1.Request
+	13, // 55: gpuplane.v1.RequestService.GetRequest:output_type -> gpuplane.v1.Request
+	23, // 56: gpuplane.v1.RequestService.ListRequests:output_type -> gpuplane.v1.ListRequestsResponse
+	13, // 57: gpuplane.v1.RequestService.CancelRequest:output_type -> gpuplane.v1.Request
+	13, // 58: gpuplane.v1.RequestService.ApproveRequest:output_type -> gpuplane.v1.Request
+	13, // 59: gpuplane.v1.RequestService.RejectRequest:output_type -> gpuplane.v1.Request
+	18, // 60: gpuplane.v1.RequestService.CheckFit:output_type -> gpuplane.v1.FitResult
+	28, // 61: gpuplane.v1.ApprovalPolicyService.GetApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
+	31, // 62: gpuplane.v1.ApprovalPolicyService.ListApprovalPolicies:output_type -> gpuplane.v1.ListApprovalPoliciesResponse
+	28, // 63: gpuplane.v1.ApprovalPolicyService.CreateApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
+	28, // 64: gpuplane.v1.ApprovalPolicyService.UpdateApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
+	38, // 65: gpuplane.v1.ApprovalPolicyService.DeleteApprovalPolicy:output_type -> google.protobuf.Empty
+	51, // [51:66] is the sub-list for method output_type
+	36, // [36:51] is the sub-list for method input_type
 	36, // [36:36] is the sub-list for extension type_name
 	36, // [36:36] is the sub-list for extension extendee
 	0,  // [0:36] is the sub-list for field type_name
@@ -2633,7 +2796,7 @@ func file_gpuplane_v1_workflow_proto_init() {
 		return
 	}
 	file_gpuplane_v1_common_proto_init()
-	file_gpuplane_v1_workflow_proto_msgTypes[7].OneofWrappers = []any{
+	file_gpuplane_v1_workflow_proto_msgTypes[9].OneofWrappers = []any{
 		(*Request_CreateVirtualCluster)(nil),
 		(*Request_ChangeVirtualClusterQuota)(nil),
 		(*Request_ChangeTeamQuota)(nil),
@@ -2645,7 +2808,7 @@ func file_gpuplane_v1_workflow_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpuplane_v1_workflow_proto_rawDesc), len(file_gpuplane_v1_workflow_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

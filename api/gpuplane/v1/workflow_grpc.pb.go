@@ -20,8 +20,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	VirtualClusterService_GetVirtualCluster_FullMethodName   = "/gpuplane.v1.VirtualClusterService/GetVirtualCluster"
-	VirtualClusterService_ListVirtualClusters_FullMethodName = "/gpuplane.v1.VirtualClusterService/ListVirtualClusters"
+	VirtualClusterService_GetVirtualCluster_FullMethodName           = "/gpuplane.v1.VirtualClusterService/GetVirtualCluster"
+	VirtualClusterService_ListVirtualClusters_FullMethodName         = "/gpuplane.v1.VirtualClusterService/ListVirtualClusters"
+	VirtualClusterService_GetVirtualClusterKubeconfig_FullMethodName = "/gpuplane.v1.VirtualClusterService/GetVirtualClusterKubeconfig"
 )
 
 // VirtualClusterServiceClient is the client API for VirtualClusterService service.
@@ -30,6 +31,12 @@ const (
 type VirtualClusterServiceClient interface {
 	GetVirtualCluster(ctx context.Context, in *GetVirtualClusterRequest, opts ...grpc.CallOption) (*VirtualCluster, error)
 	ListVirtualClusters(ctx context.Context, in *ListVirtualClustersRequest, opts ...grpc.CallOption) (*ListVirtualClustersResponse, error)
+	// A kubeconfig for the caller: the virtual cluster's endpoint and CA, and
+	// an exec credential plugin (`gpuplanectl credential`) that supplies the
+	// caller's own OIDC token. Only members of the team may call it. With
+	// break_glass, platform admins get the vCluster admin certificate
+	// instead; every such use is audited.
+	GetVirtualClusterKubeconfig(ctx context.Context, in *GetVirtualClusterKubeconfigRequest, opts ...grpc.CallOption) (*VirtualClusterKubeconfig, error)
 }
 
 type virtualClusterServiceClient struct {
@@ -60,12 +67,28 @@ func (c *virtualClusterServiceClient) ListVirtualClusters(ctx context.Context, i
 	return out, nil
 }
 
+func (c *virtualClusterServiceClient) GetVirtualClusterKubeconfig(ctx context.Context, in *GetVirtualClusterKubeconfigRequest, opts ...grpc.CallOption) (*VirtualClusterKubeconfig, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VirtualClusterKubeconfig)
+	err := c.cc.Invoke(ctx, VirtualClusterService_GetVirtualClusterKubeconfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // VirtualClusterServiceServer is the server API for VirtualClusterService service.
 // All implementations must embed UnimplementedVirtualClusterServiceServer
 // for forward compatibility.
 type VirtualClusterServiceServer interface {
 	GetVirtualCluster(context.Context, *GetVirtualClusterRequest) (*VirtualCluster, error)
 	ListVirtualClusters(context.Context, *ListVirtualClustersRequest) (*ListVirtualClustersResponse, error)
+	// A kubeconfig for the caller: the virtual cluster's endpoint and CA, and
+	// an exec credential plugin (`gpuplanectl credential`) that supplies the
+	// caller's own OIDC token. Only members of the team may call it. With
+	// break_glass, platform admins get the vCluster admin certificate
+	// instead; every such use is audited.
+	GetVirtualClusterKubeconfig(context.Context, *GetVirtualClusterKubeconfigRequest) (*VirtualClusterKubeconfig, error)
 	mustEmbedUnimplementedVirtualClusterServiceServer()
 }
 
@@ -81,6 +104,9 @@ func (UnimplementedVirtualClusterServiceServer) GetVirtualCluster(context.Contex
 }
 func (UnimplementedVirtualClusterServiceServer) ListVirtualClusters(context.Context, *ListVirtualClustersRequest) (*ListVirtualClustersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListVirtualClusters not implemented")
+}
+func (UnimplementedVirtualClusterServiceServer) GetVirtualClusterKubeconfig(context.Context, *GetVirtualClusterKubeconfigRequest) (*VirtualClusterKubeconfig, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetVirtualClusterKubeconfig not implemented")
 }
 func (UnimplementedVirtualClusterServiceServer) mustEmbedUnimplementedVirtualClusterServiceServer() {}
 func (UnimplementedVirtualClusterServiceServer) testEmbeddedByValue()                               {}
@@ -139,6 +165,24 @@ func _VirtualClusterService_ListVirtualClusters_Handler(srv interface{}, ctx con
 	return interceptor(ctx, in, info, handler)
 }
 
+func _VirtualClusterService_GetVirtualClusterKubeconfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetVirtualClusterKubeconfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(VirtualClusterServiceServer).GetVirtualClusterKubeconfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: VirtualClusterService_GetVirtualClusterKubeconfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(VirtualClusterServiceServer).GetVirtualClusterKubeconfig(ctx, req.(*GetVirtualClusterKubeconfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // VirtualClusterService_ServiceDesc is the grpc.ServiceDesc for VirtualClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -153,6 +197,10 @@ var VirtualClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListVirtualClusters",
 			Handler:    _VirtualClusterService_ListVirtualClusters_Handler,
+		},
+		{
+			MethodName: "GetVirtualClusterKubeconfig",
+			Handler:    _VirtualClusterService_GetVirtualClusterKubeconfig_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
