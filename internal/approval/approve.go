@@ -3,6 +3,7 @@ package approval
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -134,6 +135,11 @@ func (s *Service) approve(ctx context.Context, tx pgx.Tx, r *RequestRow, actor i
 		return err
 	}
 	d := desiredFromRow(*r)
+	if et := d.spec.GetExpireTime(); et != nil && !et.AsTime().After(s.now()) {
+		return errs.FailedPrecondition(errs.ReasonInvalidTransition,
+			"%s asks for a virtual cluster whose expire_time (%s) has already passed; reject it or ask again",
+			names.Request(r.ID), et.AsTime().Format(time.RFC3339))
+	}
 	fit, err := s.checkFit(ctx, tx, team, d)
 	if err != nil {
 		return err
@@ -186,6 +192,8 @@ func (s *Service) approve(ctx context.Context, tx pgx.Tx, r *RequestRow, actor i
 		}
 		state = StateApplied
 	}
+	decided := state
+	state = StateApproved
 	var pol *string
 	if policyID != "" {
 		pol = &policyID
@@ -198,6 +206,15 @@ func (s *Service) approve(ctx context.Context, tx pgx.Tx, r *RequestRow, actor i
 		return err
 	}
 	*r = row
+	if decided == StateApplied {
+		// Team quota changes take effect with the decision: APPROVED and
+		// APPLIED in one transaction, each a legal step of the state machine.
+		if row, err = scanRequest(tx.QueryRow(ctx, `UPDATE requests SET state = $2, version = version + 1
+			WHERE id = $1 RETURNING `+requestColumns, r.ID, StateApplied)); err != nil {
+			return err
+		}
+		*r = row
+	}
 	return audit.Record(ctx, tx, audit.Event{
 		Actor: actor, Action: "ApproveRequest", Resource: names.Request(r.ID), CorrelationID: s.Tenancy.CorrelationID(ctx),
 		Department: r.Department, Team: r.Team, Before: before, After: r.Proto(),

@@ -28,7 +28,7 @@ func (s *Service) ExpireVirtualClusters(ctx context.Context) (int, error) {
 				SELECT v.id, v.team_id, t.department_id FROM virtual_clusters v JOIN teams t ON t.id = v.team_id
 				 WHERE v.expire_time IS NOT NULL AND v.expire_time <= $1
 				   AND v.phase IN ('PROVISIONING', 'READY', 'DEGRADED', 'FAILED')
-				 ORDER BY v.expire_time LIMIT 1 FOR UPDATE OF v SKIP LOCKED`, s.now()).Scan(&id, &team, &dept)
+				 ORDER BY v.expire_time LIMIT 1`, s.now()).Scan(&id, &team, &dept)
 			if err == pgx.ErrNoRows {
 				done = true
 				return nil
@@ -36,8 +36,17 @@ func (s *Service) ExpireVirtualClusters(ctx context.Context) (int, error) {
 			if err != nil {
 				return err
 			}
+			// Lock order as everywhere else: department, then the virtual
+			// cluster. Another replica may have expired it meanwhile.
 			if _, err := tenancy.LockDepartment(ctx, tx, dept); err != nil {
 				return err
+			}
+			var phase string
+			if err := tx.QueryRow(ctx, `SELECT phase FROM virtual_clusters WHERE id = $1 FOR UPDATE`, id).Scan(&phase); err != nil {
+				return err
+			}
+			if !isLive(phase) {
+				return nil
 			}
 			// A pending request on this virtual cluster is superseded; it is
 			// cancelled like any other, audit event included.

@@ -267,10 +267,10 @@ func (s *Service) validatePayload(ctx context.Context, q tenancy.Querier, team t
 			return d, v.Err()
 		}
 		d.vcID = vcID
-		if c.GetQuota() == nil {
-			v.Add(f+".quota", "required: the new guaranteed quota (an unset quota would mean zero)")
-		}
 		d.quota = tenancy.QuotaFromProto(&v, f+".quota", c.GetQuota())
+		if c.GetQuota() == nil || d.quota.IsZero() {
+			v.Add(f+".quota", "required: the new guaranteed quota (all three resources; to give everything back, delete the virtual cluster)")
+		}
 		checkGPU(f+".quota.gpu", d.quota.GPU)
 		d.limit = checkLimit(f+".limit", c.GetLimit(), d.quota)
 		d.accept = c.GetAcceptPreemption()
