@@ -213,7 +213,7 @@ func TestValidation(t *testing.T) {
 		{"create member without member", member("teams/team-a", "", nil), "", []string{"member"}},
 		// Update masks.
 		{"unknown team mask path", updateTeam(&pb.Team{Name: "teams/team-a"}, "owner"), "", []string{"update_mask"}},
-		{"team department is not updatable", updateTeam(&pb.Team{Name: "teams/team-a", Department: "departments/ops"}, "department"), "", []string{"update_mask"}},
+		{"team department is not updatable", updateTeam(&pb.Team{Name: "teams/team-a", Department: "departments/ops"}, "department"), "", []string{"team.department"}},
 		{"unknown quota sub-field", updateTeam(&pb.Team{Name: "teams/team-a"}, "quota.tpu"), "", []string{"update_mask"}},
 		{"unknown department mask path", func(ctx context.Context) error {
 			_, err := e.Departments.UpdateDepartment(ctx, &pb.UpdateDepartmentRequest{Department: &pb.Department{Name: "departments/research"}, UpdateMask: apiMask("budget")})
@@ -222,7 +222,7 @@ func TestValidation(t *testing.T) {
 		{"unknown member mask path", func(ctx context.Context) error {
 			_, err := e.Members.UpdateMember(ctx, &pb.UpdateMemberRequest{Member: &pb.Member{Name: "teams/team-a/members/carol", Role: pb.TeamRole_VIEWER}, UpdateMask: apiMask("user")})
 			return err
-		}, "", []string{"update_mask"}},
+		}, "", []string{"member.user"}},
 		// Paging.
 		{"teams page_size -1", listTeams(&pb.ListTeamsRequest{PageSize: -1}), "", []string{"page_size"}},
 		{"departments page_size -1", listDepts(&pb.ListDepartmentsRequest{PageSize: -1}), "", []string{"page_size"}},

@@ -118,6 +118,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			}
 			return "", false
 		}),
+		runtime.WithErrorHandler(gatewayErrorHandler),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: false},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},

@@ -399,8 +399,11 @@ func maskPaths(paths []string, allowed ...string) (map[string]bool, error) {
 	return out, nil
 }
 
-// outputOnlyPaths may appear in a mask but are never updated.
-var outputOnlyPaths = []string{"name", "etag", "create_time", "update_time"}
+// outputOnlyPaths may appear in a mask but are never updated. Immutable
+// fields (a team's department, a member's principal) are listed too, so a
+// client can PATCH back a whole object it read; the handlers refuse a
+// changed value.
+var outputOnlyPaths = []string{"name", "etag", "create_time", "update_time", "department", "user", "group"}
 
 // quotaParents are the Quota-typed fields whose sub-fields a mask may name.
 var quotaParents = []string{"quota", "quota_budget"}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -280,6 +281,11 @@ func (s *Members) UpdateMember(ctx context.Context, req *pb.UpdateMemberRequest)
 		before := cur.Proto()
 		if err := CheckEtag(m.GetName(), m.GetEtag(), before.Etag); err != nil {
 			return err
+		}
+		mask := req.GetUpdateMask().GetPaths()
+		if ((m.GetUser() != "" || slices.Contains(mask, "user")) && m.GetUser() != before.GetUser()) ||
+			((m.GetGroup() != "" || slices.Contains(mask, "group")) && m.GetGroup() != before.GetGroup()) {
+			return errs.InvalidField("member.user", "a member's user or group cannot change; delete the member and create a new one")
 		}
 		row, err := scanMember(tx.QueryRow(ctx, `UPDATE members SET role = $3, version = version + 1, update_time = now()
 			WHERE team_id = $1 AND id = $2 RETURNING `+memberColumns, cur.Team, cur.ID, m.GetRole().String()))

@@ -3,6 +3,7 @@ package tenancy
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
@@ -278,6 +279,9 @@ func (s *Teams) UpdateTeam(ctx context.Context, req *pb.UpdateTeamRequest) (*pb.
 		before := cur.Proto()
 		if err := CheckEtag(t.GetName(), t.GetEtag(), before.Etag); err != nil {
 			return err
+		}
+		if (t.GetDepartment() != "" || slices.Contains(req.GetUpdateMask().GetPaths(), "department")) && t.GetDepartment() != before.Department {
+			return errs.InvalidField("team.department", "a team cannot move to another department (it is %s)", before.Department)
 		}
 		next := cur
 		if paths["display_name"] {
