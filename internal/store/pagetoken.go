@@ -83,6 +83,11 @@ func DecodePageToken(token, scope string, cursor any) error {
 	if pt.S != scopeHash(scope) {
 		return invalidPageToken("was issued for a different request; keep the other parameters unchanged when paging", nil)
 	}
+	// Tokens are not signed: refuse a NUL anywhere in the cursor, which
+	// PostgreSQL would reject as text (an INTERNAL error instead of a 400).
+	if bytes.Contains(pt.C, []byte(`\u0000`)) {
+		return invalidPageToken("is malformed", nil)
+	}
 	// Strict decoding so a token minted for a different cursor shape is
 	// rejected rather than silently read as a partial cursor.
 	dec := json.NewDecoder(bytes.NewReader(pt.C))
