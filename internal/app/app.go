@@ -10,18 +10,18 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/rest"
 
 	"github.com/gpuplane/gpuplane/internal/approval"
 	"github.com/gpuplane/gpuplane/internal/audit"
-	"github.com/gpuplane/gpuplane/internal/identity"
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
+	"github.com/gpuplane/gpuplane/internal/identity"
 	"github.com/gpuplane/gpuplane/internal/quota"
 	"github.com/gpuplane/gpuplane/internal/reconcile"
 	"github.com/gpuplane/gpuplane/internal/server"
 	"github.com/gpuplane/gpuplane/internal/store"
+	"github.com/gpuplane/gpuplane/internal/telemetry"
 	"github.com/gpuplane/gpuplane/internal/tenancy"
 )
 
@@ -37,6 +37,9 @@ type Options struct {
 	Now func() time.Time
 	// HostConfig overrides the host cluster from configuration.
 	HostConfig *rest.Config
+	// TracerProvider overrides the one built from the OTEL_* environment
+	// (tests record spans in memory).
+	TracerProvider trace.TracerProvider
 }
 
 // App is a built, listening gpuplane server.
@@ -58,9 +61,9 @@ func NewLogger(cfg Config) *slog.Logger {
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	opts := &slog.HandlerOptions{Level: level}
 	if strings.EqualFold(cfg.LogFormat, "text") {
-		return slog.New(slog.NewTextHandler(os.Stderr, opts))
+		return slog.New(telemetry.LogHandler(slog.NewTextHandler(os.Stderr, opts)))
 	}
-	return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	return slog.New(telemetry.LogHandler(slog.NewJSONHandler(os.Stderr, opts)))
 }
 
 // New builds everything in dependency order and listens; nothing serves
@@ -78,11 +81,18 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 	if cfg.DatabaseURL == "" {
 		return nil, errors.New("database URL is required (--database-url or DATABASE_URL)")
 	}
-	a.pool, err = store.Open(ctx, cfg.DatabaseURL, int32(cfg.DatabaseMaxConns))
+	tp, closeTracing, err := tracerProvider(ctx, opts, "serve", a.log)
+	if err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, closeTracing)
+	a.pool, err = store.Open(ctx, cfg.DatabaseURL, int32(cfg.DatabaseMaxConns), store.WithTracer(telemetry.PGXTracer(tp)))
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
 	a.closers = append(a.closers, a.pool.Close)
+	reg := newRegistry(a.pool, a.log)
+	reg.MustRegister(telemetry.StateCollectors(a.pool, a.log)...)
 
 	caPEM := opts.OIDCCACert
 	if caPEM == nil && cfg.OIDCCAFile != "" {
@@ -109,7 +119,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		}
 	}
 	if rc != nil {
-		if a.Host, err = newHostClient(rc, cfg, a.log); err != nil {
+		if a.Host, err = newHostClient(rc, cfg, a.log, tp); err != nil {
 			return nil, err
 		}
 	}
@@ -117,7 +127,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		if a.Host == nil {
 			return nil, errors.New("--run-worker needs a host cluster (--kubeconfig, KUBECONFIG or in-cluster config)")
 		}
-		a.Worker = reconcile.New(a.pool, a.Host, a.log, reconcile.Config{Concurrency: cfg.WorkerConcurrency, Resync: cfg.ResyncInterval})
+		a.Worker = reconcile.New(a.pool, a.Host, a.log, reconcile.Config{Concurrency: cfg.WorkerConcurrency, Resync: cfg.ResyncInterval,
+			Metrics: reg, TracerProvider: tp})
 	}
 
 	capacity := opts.Capacity
@@ -153,10 +164,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		Tenancy: a.Tenancy, DefaultKubernetesVersion: cfg.DefaultKubernetesVersion,
 		DefaultChartVersion: cfg.DefaultChartVersion, Log: a.log, Now: opts.Now,
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.server, err = server.New(ctx, server.Config{
-		GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Logger: a.log, Auth: verifier, Registry: reg,
+		GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Logger: a.log, Auth: verifier, Registry: reg, TracerProvider: tp,
 		Ready: a.ready,
 		Services: server.Services{
 			Departments:    &tenancy.Departments{Service: a.Tenancy},
@@ -172,6 +181,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 	if err != nil {
 		return nil, err
 	}
+	a.wireKubeconfig()
 	return a, nil
 }
 
@@ -264,26 +274,12 @@ func Run(ctx context.Context, cfg Config, opts Options) error {
 }
 
 // RunWorker runs only the host-cluster worker (gpuplane worker): no API
-// servers. Several replicas may run; claims use row leases.
+// servers. Several replicas may run; claims use row leases. Its metrics
+// are served on --metrics-addr (worker.go).
 func RunWorker(ctx context.Context, cfg Config, log *slog.Logger) error {
-	if log == nil {
-		log = NewLogger(cfg)
-	}
-	pool, err := store.Open(ctx, cfg.DatabaseURL, int32(cfg.DatabaseMaxConns))
-	if err != nil {
-		return fmt.Errorf("open database: %w", err)
-	}
-	defer pool.Close()
-	rc, err := hostConfig(cfg)
+	w, err := NewWorker(ctx, cfg, Options{Logger: log})
 	if err != nil {
 		return err
 	}
-	if rc == nil {
-		return errors.New("the worker needs a host cluster (--kubeconfig, KUBECONFIG or in-cluster config)")
-	}
-	host, err := newHostClient(rc, cfg, log)
-	if err != nil {
-		return err
-	}
-	return reconcile.New(pool, host, log, reconcile.Config{Concurrency: cfg.WorkerConcurrency, Resync: cfg.ResyncInterval}).Run(ctx)
+	return w.Run(ctx)
 }

@@ -47,6 +47,10 @@ type Config struct {
 	VClusterChartDir  string        `flag:"vcluster-chart-dir" help:"vCluster chart from a local directory (dev/tests)"`
 	VClusterChartRepo string        `flag:"vcluster-chart-repo" help:"vCluster chart repository URL or OCI reference"`
 	KubeconfigServer  string        `flag:"vcluster-kubeconfig-server" help:"API address written into virtual clusters' kubeconfigs ({name}, {namespace} are replaced)"`
+	MetricsAddr       string        `flag:"metrics-addr" help:"gpuplane worker: listen address of its /metrics and /healthz (empty: none); serve has them on --http-addr"`
+
+	OIDCUsernamePrefix string `flag:"vcluster-oidc-username-prefix" help:"prefix of OIDC user names inside virtual clusters (empty: none)"`
+	OIDCGroupsPrefix   string `flag:"vcluster-oidc-groups-prefix" help:"prefix of OIDC group names inside virtual clusters (empty: none; keeps a groups claim such as system:masters powerless)"`
 
 	ExpiryInterval  time.Duration `flag:"expiry-interval" help:"how often expired virtual clusters get delete requests (0 = never)"`
 	ShutdownTimeout time.Duration `flag:"shutdown-timeout" help:"graceful stop deadline"`
@@ -72,7 +76,10 @@ func Defaults() Config {
 		DefaultChartVersion:      "0.20.0",
 		WorkerConcurrency:        4,
 		ResyncInterval:           5 * time.Minute,
+		MetricsAddr:              ":8081",
 		VClusterChartRepo:        "https://charts.loft.sh",
+		OIDCUsernamePrefix:       "oidc:",
+		OIDCGroupsPrefix:         "oidc:",
 		ExpiryInterval:           time.Minute,
 		ShutdownTimeout:          20 * time.Second,
 		LogFormat:                "json",

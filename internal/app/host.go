@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -35,16 +37,55 @@ func hostConfig(cfg Config) (*rest.Config, error) {
 	return nil, nil
 }
 
-func newHostClient(rc *rest.Config, cfg Config, log *slog.Logger) (*hostcluster.Client, error) {
+func newHostClient(rc *rest.Config, cfg Config, log *slog.Logger, tp trace.TracerProvider) (*hostcluster.Client, error) {
 	rc = rest.CopyConfig(rc)
 	rc.QPS, rc.Burst = 50, 100
 	settings := hostcluster.Settings{KubeconfigServer: cfg.KubeconfigServer}
+	oidc, err := vclusterOIDC(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if oidc.Enabled() && !strings.HasPrefix(oidc.IssuerURL, "https://") {
+		// kube-apiserver refuses a non-https issuer and would not start; the
+		// dev issuer is plain HTTP (its virtual clusters are simulated).
+		log.Warn("virtual clusters get no OIDC authentication: kube-apiserver requires an https issuer", "issuer", oidc.IssuerURL)
+		oidc = hostcluster.OIDCSettings{}
+	}
+	if err := oidc.Validate(); err != nil {
+		return nil, err
+	}
+	settings.OIDC = oidc
 	if cfg.VClusterChartDir != "" {
 		settings.Chart = hostcluster.ChartSource{Dir: cfg.VClusterChartDir}
 	} else {
 		settings.Chart = hostcluster.ChartSource{RepoURL: cfg.VClusterChartRepo}
 	}
-	return hostcluster.New(rc, hostcluster.Options{Settings: settings, Logger: log})
+	return hostcluster.New(rc, hostcluster.Options{Settings: settings, Logger: log, TracerProvider: tp})
+}
+
+// vclusterOIDC is the OIDC configuration of the virtual API servers: the
+// same issuer, client and claims gpuplane's API verifies, so a tenant's
+// token works on both.
+func vclusterOIDC(cfg Config) (hostcluster.OIDCSettings, error) {
+	if cfg.OIDCIssuerURL == "" {
+		return hostcluster.OIDCSettings{}, nil
+	}
+	o := hostcluster.OIDCSettings{
+		IssuerURL:      cfg.OIDCIssuerURL,
+		ClientID:       cfg.OIDCClientID,
+		UsernameClaim:  cfg.OIDCUsernameClaim,
+		UsernamePrefix: cfg.OIDCUsernamePrefix,
+		GroupsClaim:    cfg.OIDCGroupsClaim,
+		GroupsPrefix:   cfg.OIDCGroupsPrefix,
+	}
+	if cfg.OIDCCAFile != "" {
+		ca, err := os.ReadFile(cfg.OIDCCAFile)
+		if err != nil {
+			return o, fmt.Errorf("read OIDC CA file: %w", err)
+		}
+		o.CACertPEM = ca
+	}
+	return o, nil
 }
 
 // nodeCapacity reads host capacity from the nodes, cached briefly because

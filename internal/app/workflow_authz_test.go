@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -381,8 +382,7 @@ func TestWorkflowListIsolation(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, vc := range resp.GetVirtualClusters() {
-					team := vc.GetName()[len("teams/"):]
-					team = team[:len(team)-len(wfID(vc.GetName()))-len("/virtualClusters/")]
+					team := strings.Split(vc.GetName(), "/")[1] // teams/{team}/virtualClusters/{id}
 					if !slices.Contains(got, team) {
 						got = append(got, team)
 					}

@@ -1,6 +1,7 @@
 package approval
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -16,6 +17,18 @@ type Service struct {
 	DefaultChartVersion      string
 	Log                      *slog.Logger
 	Now                      func() time.Time
+
+	// CAFetcher returns the PEM CA bundle of a virtual cluster's API server
+	// (kubeconfig.go). Nil: kubeconfigs carry no CA; an error: the CA is
+	// not known yet (FAILED_PRECONDITION).
+	CAFetcher func(ctx context.Context, vcID string) ([]byte, error)
+	// AdminKubeconfigFetcher returns the vCluster's own admin kubeconfig,
+	// handed out only for break-glass access. Nil: break glass is
+	// unavailable (no host cluster).
+	AdminKubeconfigFetcher func(ctx context.Context, vcID string) ([]byte, error)
+	// APIEndpoint is the gpuplane API address written into kubeconfigs'
+	// credential plugin when the caller names none.
+	APIEndpoint string
 
 	mu       sync.Mutex
 	programs map[string]compiled // policy id -> program at a version

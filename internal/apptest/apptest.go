@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -64,6 +65,10 @@ type Env struct {
 
 	mu     sync.Mutex
 	tokens map[string]string
+
+	stopOnce sync.Once
+	stop     func() error
+	stopErr  error
 }
 
 // Options tune Start.
@@ -80,6 +85,12 @@ type Options struct {
 	// RunWorker runs the host-cluster worker inside the server, as
 	// `gpuplane serve --run-worker` does. It needs HostConfig.
 	RunWorker bool
+	// Logger replaces the default logger (errors only, to stderr), e.g. to
+	// capture what the server logs.
+	Logger *slog.Logger
+	// TracerProvider records the server's spans (e.g. an SDK provider with
+	// an in-memory exporter); nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // Start runs a server for the test and stops it at cleanup.
@@ -109,9 +120,13 @@ func Start(t testing.TB, o Options) *Env {
 		}
 		cfg.VClusterChartDir = dir
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, app.Options{Logger: logger, Capacity: o.Capacity, Now: o.Now, HostConfig: o.HostConfig})
+	a, err := app.New(ctx, cfg, app.Options{Logger: logger, Capacity: o.Capacity, Now: o.Now, HostConfig: o.HostConfig,
+		TracerProvider: o.TracerProvider})
 	if err != nil {
 		cancel()
 		t.Fatalf("apptest: start server: %v", err)
@@ -122,26 +137,35 @@ func Start(t testing.TB, o Options) *Env {
 	if err != nil {
 		t.Fatalf("apptest: dial: %v", err)
 	}
-	t.Cleanup(func() {
-		conn.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("apptest: server stopped with: %v", err)
-		}
-	})
+	stop := func() error { cancel(); return <-done }
 	e := &Env{
 		App: a, Issuer: iss, Conn: conn, HTTPBase: "http://" + a.HTTPAddr(), tokens: map[string]string{},
 		Departments: pb.NewDepartmentServiceClient(conn), Teams: pb.NewTeamServiceClient(conn),
 		Members: pb.NewMemberServiceClient(conn), Identity: pb.NewIdentityServiceClient(conn),
 		Audit: pb.NewAuditServiceClient(conn), VirtualCluster: pb.NewVirtualClusterServiceClient(conn),
 		Requests: pb.NewRequestServiceClient(conn), Policies: pb.NewApprovalPolicyServiceClient(conn),
+		stop: stop,
 	}
+	t.Cleanup(func() {
+		conn.Close()
+		if err := e.Stop(); err != nil {
+			t.Errorf("apptest: server stopped with: %v", err)
+		}
+	})
 	if o.Seed {
 		if err := devenv.Seed(context.Background(), a.Tenancy); err != nil {
 			t.Fatalf("apptest: seed: %v", err)
 		}
 	}
 	return e
+}
+
+// Stop shuts the server down as SIGTERM would (its Run context ends) and
+// returns what Run returned; in-flight calls finish within the shutdown
+// timeout. Later calls (and the cleanup) return the same result.
+func (e *Env) Stop() error {
+	e.stopOnce.Do(func() { e.stopErr = e.stop() })
+	return e.stopErr
 }
 
 // Token is a real ID token for a demo user from the issuer.

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -32,6 +33,9 @@ type Options struct {
 	Settings Settings
 	// Logger receives Helm's and the client's logs; nil discards them.
 	Logger *slog.Logger
+	// TracerProvider, when set, traces Apply's steps and every request to
+	// the API server (made within a traced context) as OpenTelemetry spans.
+	TracerProvider trace.TracerProvider
 }
 
 // Client applies and observes virtual clusters on one host cluster. It is
@@ -45,6 +49,7 @@ type Client struct {
 	mapper    meta.RESTMapper
 	settings  Settings
 	log       *slog.Logger
+	tracer    trace.Tracer
 
 	chartMu sync.Mutex
 	charts  map[string]*loadedChart
@@ -59,6 +64,7 @@ func New(config *rest.Config, opts Options) (*Client, error) {
 	if config.UserAgent == "" {
 		config.UserAgent = "gpuplane"
 	}
+	tracer := traceTransport(config, opts.TracerProvider)
 	kube, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return nil, fmt.Errorf("hostcluster: %w", err)
@@ -83,6 +89,7 @@ func New(config *rest.Config, opts Options) (*Client, error) {
 		mapper:    mapper,
 		settings:  opts.Settings.withDefaults(),
 		log:       log,
+		tracer:    tracer,
 		charts:    map[string]*loadedChart{},
 	}, nil
 }
@@ -107,6 +114,8 @@ type StepResult struct {
 	Step   Step
 	Err    error  // nil on success
 	Detail string // human-readable summary of what the step did
+	// Duration is how long the step took.
+	Duration time.Duration
 }
 
 // Steps are the results of the steps Apply ran, stopping after the first
@@ -133,9 +142,12 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		return nil, err
 	}
 	var steps Steps
-	run := func(step Step, f func() (string, error)) error {
-		detail, err := f()
-		steps = append(steps, StepResult{Step: step, Err: err, Detail: detail})
+	run := func(step Step, f func(ctx context.Context) (string, error)) error {
+		sctx, span := c.tracer.Start(ctx, "hostcluster.Apply "+string(step))
+		start := time.Now()
+		detail, err := f(sctx)
+		steps = append(steps, StepResult{Step: step, Err: err, Detail: detail, Duration: time.Since(start)})
+		endSpan(span, err)
 		if err != nil {
 			return fmt.Errorf("hostcluster: apply %s of virtual cluster %s: %w", step, vc.Name, err)
 		}
@@ -143,7 +155,7 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 	}
 	apply := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
 
-	if err := run(StepNamespace, func() (string, error) {
+	if err := run(StepNamespace, func(ctx context.Context) (string, error) {
 		ns, err := c.kube.CoreV1().Namespaces().Apply(ctx, RenderNamespace(vc), apply)
 		if err != nil {
 			return "", err
@@ -156,7 +168,7 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		return steps, err
 	}
 
-	if err := run(StepQueues, func() (string, error) {
+	if err := run(StepQueues, func(ctx context.Context) (string, error) {
 		var names []string
 		for _, q := range RenderQueues(vc) {
 			if _, err := c.dyn.Resource(QueueGVR).Apply(ctx, q.GetName(), q, apply); err != nil {
@@ -169,7 +181,7 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		return steps, err
 	}
 
-	if err := run(StepGuardrails, func() (string, error) {
+	if err := run(StepGuardrails, func(ctx context.Context) (string, error) {
 		mutating, err := c.MutatingAdmissionPolicySupported()
 		if err != nil {
 			return "", err
@@ -202,7 +214,7 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		return steps, err
 	}
 
-	if err := run(StepNetworkPolicy, func() (string, error) {
+	if err := run(StepNetworkPolicy, func(ctx context.Context) (string, error) {
 		np, err := c.kube.NetworkingV1().NetworkPolicies(NamespaceName(vc.Name)).Apply(ctx, RenderNetworkPolicy(vc, c.settings), apply)
 		if err != nil {
 			return "", err
@@ -212,7 +224,7 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		return steps, err
 	}
 
-	if err := run(StepRelease, func() (string, error) {
+	if err := run(StepRelease, func(ctx context.Context) (string, error) {
 		r, err := c.EnsureRelease(ctx, vc)
 		if err != nil {
 			return "", err

@@ -42,6 +42,11 @@ const (
 //     sets default requests only, so pods need no limits and a large request
 //     never collides with a small default limit. Object counts keep the
 //     chart's defaults.
+//   - With Settings.OIDC the virtual API server gets the --oidc-* flags (see
+//     addOIDCValues) and the team's RBAC is deployed inside the virtual
+//     cluster. The k8s distro is enabled explicitly: in chart 0.20 it is also
+//     the default when no distro is enabled, but the extraArgs only apply to
+//     it (k3s and k0s have their own), and the distro cannot change later.
 func RenderVClusterValues(vc VirtualCluster, s Settings) map[string]any {
 	s = s.withDefaults()
 	server := s.kubeconfigServer(vc.Name)
@@ -78,10 +83,14 @@ func RenderVClusterValues(vc VirtualCluster, s Settings) map[string]any {
 	if host := serverHost(server); host != "" {
 		controlPlane["proxy"] = map[string]any{"extraSANs": []any{host}}
 	}
+	experimental := map[string]any{"syncSettings": syncSettings}
+	if s.OIDC.Enabled() {
+		addOIDCValues(vc, s, k8s, statefulSet, experimental)
+	}
 
 	values := map[string]any{
 		"controlPlane": controlPlane,
-		"experimental": map[string]any{"syncSettings": syncSettings},
+		"experimental": experimental,
 		"policies": map[string]any{
 			"resourceQuota": map[string]any{"enabled": true, "quota": resourceQuotaValues(vc.Leaf)},
 			"limitRange": map[string]any{
@@ -107,6 +116,103 @@ func RenderVClusterValues(vc VirtualCluster, s Settings) map[string]any {
 		}
 	}
 	return values
+}
+
+// addOIDCValues makes the virtual API server accept the platform's ID
+// tokens and binds the team inside the virtual cluster:
+//
+//   - controlPlane.distro.k8s.apiServer.extraArgs: the --oidc-* flags
+//     (OIDCSettings.APIServerArgs). In chart 0.20 the virtual kube-apiserver
+//     runs inside the control plane container; the vCluster proxy in front of
+//     it authenticates bearer tokens with a TokenReview against it, so OIDC
+//     tokens work through the exported endpoint too.
+//   - With a CA bundle: a ConfigMap in the host namespace, created by the
+//     release itself (experimental.deploy.host.manifests), mounted through
+//     controlPlane.statefulSet.persistence.addVolumes/addVolumeMounts at
+//     OIDCCAFile. The chart puts the whole values into a pod template
+//     annotation, so a new CA also restarts the control plane.
+//   - experimental.deploy.vcluster.manifests: RenderTenantRBACManifests. The
+//     vCluster deployer applies them at start and deletes objects that were
+//     dropped since the last applied version, so removing a member removes
+//     its access at the next upgrade.
+func addOIDCValues(vc VirtualCluster, s Settings, k8s, statefulSet, experimental map[string]any) {
+	caFile := ""
+	if len(s.OIDC.CACertPEM) > 0 {
+		caFile = OIDCCAFile
+	}
+	apiServer, _ := k8s["apiServer"].(map[string]any)
+	if apiServer == nil {
+		apiServer = map[string]any{}
+		k8s["apiServer"] = apiServer
+	}
+	args := s.OIDC.APIServerArgs(caFile)
+	extra := make([]any, len(args))
+	for i, a := range args {
+		extra[i] = a
+	}
+	apiServer["extraArgs"] = extra
+
+	deploy := map[string]any{}
+	if caFile != "" {
+		statefulSet["persistence"] = map[string]any{
+			"addVolumes": []any{map[string]any{
+				"name":      oidcCAVolumeName,
+				"configMap": map[string]any{"name": OIDCCAConfigMapName},
+			}},
+			"addVolumeMounts": []any{map[string]any{
+				"name": oidcCAVolumeName, "mountPath": oidcCAMountPath, "readOnly": true,
+			}},
+		}
+		deploy["host"] = map[string]any{"manifests": mustManifestsYAML(renderOIDCCAConfigMap(vc, s.OIDC.CACertPEM))}
+	}
+	rbac, err := RenderTenantRBACManifests(vc, s)
+	if err != nil {
+		panic(err) // typed API objects always marshal
+	}
+	if rbac != "" {
+		deploy["vcluster"] = map[string]any{"manifests": rbac}
+	}
+	if len(deploy) > 0 {
+		experimental["deploy"] = deploy
+	}
+}
+
+func mustManifestsYAML(objs ...any) string {
+	out, err := manifestsYAML(objs...)
+	if err != nil {
+		panic(err) // typed API objects always marshal
+	}
+	return out
+}
+
+// APIServerArgs are the kube-apiserver flags for these settings, with
+// defaults applied; caFile becomes --oidc-ca-file when not empty. Nil when
+// OIDC is not enabled.
+func (o OIDCSettings) APIServerArgs(caFile string) []string {
+	if !o.Enabled() {
+		return nil
+	}
+	o = o.withDefaults()
+	usernamePrefix := o.UsernamePrefix
+	if usernamePrefix == "" {
+		// "-" disables the prefix; an absent flag would mean "<issuer>#"
+		// for any claim but email.
+		usernamePrefix = "-"
+	}
+	args := []string{
+		"--oidc-issuer-url=" + o.IssuerURL,
+		"--oidc-client-id=" + o.ClientID,
+		"--oidc-username-claim=" + o.UsernameClaim,
+		"--oidc-username-prefix=" + usernamePrefix,
+		"--oidc-groups-claim=" + o.GroupsClaim,
+	}
+	if o.GroupsPrefix != "" {
+		args = append(args, "--oidc-groups-prefix="+o.GroupsPrefix)
+	}
+	if caFile != "" {
+		args = append(args, "--oidc-ca-file="+caFile)
+	}
+	return args
 }
 
 func resourceQuotaValues(leaf QueueSpec) map[string]any {

@@ -121,9 +121,12 @@ func TestApproveProvisionsEverything(t *testing.T) {
 // 2. The guardrails approval installs are enforced by the real API server.
 func TestAdmissionAfterApproval(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
-	shared := &pb.VirtualClusterSpec{Quota: &pb.Quota{Gpu: "1", CpuMillis: 4000, MemoryBytes: 16 * gi}, AllowFractionalGpus: true}
-	h.createVC(t, "team-a", "vision", shared)
-	h.createVC(t, "team-b", "llm", vcSpec("1", 4000, 16*gi))
+	// With limits: a virtual cluster without one cannot run GPU pods at all
+	// (see TestGPUPodsWithoutLimit), and the controls below need GPU pods.
+	limit := &pb.Quota{Gpu: "2", CpuMillis: 8000, MemoryBytes: 32 * gi}
+	h.createVC(t, "team-a", "vision", &pb.VirtualClusterSpec{Quota: &pb.Quota{Gpu: "1", CpuMillis: 4000, MemoryBytes: 16 * gi},
+		Limit: limit, AllowFractionalGpus: true})
+	h.createVC(t, "team-b", "llm", &pb.VirtualClusterSpec{Quota: &pb.Quota{Gpu: "1", CpuMillis: 4000, MemoryBytes: 16 * gi}, Limit: limit})
 	h.runOnce(t, h.worker(nil, workerConfig("w")))
 	for _, id := range []string{"vision", "llm"} {
 		h.waitVC(t, id, 10*time.Second, "applied", applied)
@@ -294,6 +297,7 @@ func TestQuotaChange(t *testing.T) {
 			v := h.waitVC(t, id, 30*time.Second, "READY at the latest generation", func(v *pb.VirtualCluster) bool {
 				return readyAt(v) && v.GetGeneration() == startGen+2
 			})
+			h.waitIdle(t)
 			stop()
 			if hookErr != nil || r2 == nil {
 				t.Fatalf("second change during %s: %v", step, hookErr)
@@ -413,7 +417,9 @@ func TestCrashAtEveryStep(t *testing.T) {
 		t.Helper()
 		stop := h.start(t, h.worker(nil, workerConfig("fresh-"+id)))
 		defer stop()
-		return h.waitVC(t, id, time.Minute, what, cond)
+		v := h.waitVC(t, id, time.Minute, what, cond)
+		h.waitIdle(t) // a resync of a READY virtual cluster changes no phase
+		return v
 	}
 	ready := func(t *testing.T, id string) {
 		t.Helper()
@@ -745,4 +751,79 @@ func TestTwoWorkers(t *testing.T) {
 	}
 	t.Logf("Apply calls per virtual cluster: %v", tr.applies)
 	h.assertNoOrphans(t)
+}
+
+// 2b. A virtual cluster approved without a limit has no GPU ceiling on the
+// host ("without a limit there is no CPU/memory/GPU ceiling", values.go):
+// its GPU pods must not be refused by the namespace's ResourceQuota.
+func TestGPUPodsWithoutLimit(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	const id = "unlimited"
+	h.createVC(t, "team-a", id, vcSpec("1", 4000, 16*gi))
+	h.runOnce(t, h.worker(nil, workerConfig("w")))
+	h.waitVC(t, id, 10*time.Second, "applied", applied)
+	h.markQuotaObserved(t, id)
+	ns := hostcluster.NamespaceName(id)
+	rq, err := h.kube.CoreV1().ResourceQuotas(ns).Get(h.ctx, hostcluster.KubeconfigSecretName(id), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gpu, capped := rq.Spec.Hard["requests."+hostcluster.NvidiaGPUResource]; capped {
+		t.Errorf("ResourceQuota %s/%s caps requests.%s at %s although the virtual cluster has no limit",
+			ns, rq.Name, hostcluster.NvidiaGPUResource, gpu.String())
+	}
+	_, err = h.kube.CoreV1().Pods(ns).Create(h.ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "train", Labels: map[string]string{hostcluster.KAIQueueLabel: hostcluster.LeafQueueName(id)}},
+		Spec: corev1.PodSpec{SchedulerName: hostcluster.KAISchedulerName, Containers: []corev1.Container{{Name: "main", Image: "busybox",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{hostcluster.NvidiaGPUResource: resource.MustParse("1")}}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Errorf("a 1-GPU pod in a virtual cluster with a 1-GPU quota and no limit was refused: %v", err)
+	}
+}
+
+// 7c. A resync of a READY virtual cluster that fails because the host
+// cluster cannot be reached must not turn it FAILED: READY -> FAILED is not
+// a phase transition the state machine allows (approval.CanMovePhase), and
+// FAILED is terminal (no resync, only a new request revives it), so a short
+// host outage would otherwise fail every healthy virtual cluster for good.
+func TestHostOutageDuringResync(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	h.simulate(t)
+	const id = "steady"
+	h.createVC(t, "team-a", id, vcSpec("0", 100, gi))
+	stop := h.start(t, h.worker(nil, workerConfig("w1")))
+	h.waitVC(t, id, time.Minute, "READY", readyAt)
+	stop()
+
+	// The host API server is unreachable for this worker.
+	ks := &killSwitch{}
+	ks.Kill()
+	cfg := workerConfig("cut-off")
+	cfg.MaxAttempts, cfg.BackoffBase, cfg.BackoffMax = 2, 20*time.Millisecond, 50*time.Millisecond
+	if _, err := reconcile.Resync(h.ctx, h.pool); err != nil {
+		t.Fatal(err)
+	}
+	stop = h.start(t, reconcile.New(h.pool, h.newHost(ks.DialContext), h.log, cfg))
+	h.waitIdle(t)
+	stop()
+	v := h.vc(t, id)
+	t.Logf("after the outage: %s", describe(v))
+	if p := v.GetStatus().GetPhase(); p != pb.VirtualClusterStatus_DEGRADED {
+		t.Fatalf("a READY virtual cluster whose resync cannot reach the host should be DEGRADED (retried at the next resync), got %s", describe(v))
+	}
+	if !strings.Contains(v.GetStatus().GetMessage(), "worker process killed") {
+		t.Errorf("status message %q should carry the error", v.GetStatus().GetMessage())
+	}
+	if n := len(h.auditEvents(t, v.GetName(), "VirtualClusterPhaseDegraded")); n != 1 {
+		t.Errorf("%d VirtualClusterPhaseDegraded events", n)
+	}
+
+	// The host is back: the next resync restores READY.
+	if _, err := reconcile.Resync(h.ctx, h.pool); err != nil {
+		t.Fatal(err)
+	}
+	stop = h.start(t, h.worker(nil, workerConfig("w2")))
+	h.waitVC(t, id, 30*time.Second, "READY again", readyAt)
+	stop()
 }

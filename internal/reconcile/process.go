@@ -39,9 +39,11 @@ func (w *Worker) step(name string) {
 
 // process runs one claimed reconcile to its outcome.
 func (w *Worker) process(ctx context.Context, c claim) {
+	ctx, job := w.tel.startJob(ctx, c)
 	log := w.Log.With("virtual_cluster", c.vcID, "attempt", c.attempts)
 	start := time.Now()
-	err := w.reconcile(ctx, c)
+	err := w.reconcile(ctx, &c)
+	defer job.end(ctx, w.outcome(ctx, c, err), err)
 	if ctx.Err() != nil {
 		// Shutting down (or killed in a test): the lease is released by Run,
 		// or expires; the next worker starts this reconcile over.
@@ -57,8 +59,9 @@ func (w *Worker) process(ctx context.Context, c claim) {
 	log.Debug("reconciled", "duration", time.Since(start))
 }
 
-func (w *Worker) reconcile(ctx context.Context, c claim) error {
+func (w *Worker) reconcile(ctx context.Context, cp *claim) error {
 	w.step("load")
+	c := *cp
 	d, err := load(ctx, w.Pool, c.vcID)
 	if errs.KindOf(err) == errs.KindNotFound {
 		return w.done(ctx, c)
@@ -66,6 +69,7 @@ func (w *Worker) reconcile(ctx context.Context, c claim) error {
 	if err != nil {
 		return err
 	}
+	cp.generation = d.vc.Generation
 	switch d.vc.Phase {
 	case approval.PhaseDeleting:
 		w.step("delete")
@@ -128,6 +132,7 @@ func (w *Worker) reconcile(ctx context.Context, c claim) error {
 	}
 	// The control plane or kubeconfig is not there yet: look again soon
 	// without counting it as a failure.
+	markRequeued(ctx)
 	return w.later(ctx, c, w.cfg.Poll, nil)
 }
 
@@ -258,6 +263,10 @@ func (w *Worker) fail(ctx context.Context, c claim, cause error) error {
 	if err != nil {
 		return err
 	}
+	attempted := c.generation
+	if attempted == 0 { // failed before the virtual cluster was read
+		attempted = d.vc.Generation
+	}
 	msg := oneLine(truncate(cause.Error(), 2000))
 	if !permanent(cause) {
 		msg = fmt.Sprintf("gave up after %d attempts: %s", c.attempts, msg)
@@ -267,10 +276,30 @@ func (w *Worker) fail(ctx context.Context, c claim, cause error) error {
 		if err != nil {
 			return err
 		}
-		if cur.Generation != d.vc.Generation {
+		if cur.Generation != attempted {
 			return nil // a newer desired state arrived; it gets its own attempts
 		}
 		before := cur.Proto()
+		if cur.ObservedGeneration == cur.Generation && approval.CanMovePhase(cur.Phase, approval.PhaseDegraded) {
+			// The host already reflects this generation, so no change failed:
+			// the host cluster did (a resync or a readiness check). READY may
+			// not become FAILED (approval.CanMovePhase) and FAILED is never
+			// resynced; DEGRADED is, so the next resync tries again.
+			msg := fmt.Sprintf("degraded: %s (%d attempts; retried at the next resync)", oneLine(truncate(cause.Error(), 2000)), c.attempts)
+			if _, err := tx.Exec(ctx, `UPDATE virtual_clusters SET phase = $2, status_message = $3,
+				version = version + 1, update_time = now() WHERE id = $1`, cur.ID, approval.PhaseDegraded, msg); err != nil {
+				return err
+			}
+			if cur.Phase == approval.PhaseDegraded {
+				return nil
+			}
+			after, err := approval.GetVirtualClusterRow(ctx, tx, cur.ID, false)
+			if err != nil {
+				return err
+			}
+			return audit.Record(ctx, tx, audit.Event{Actor: actor, Action: "VirtualClusterPhase" + phaseWord(approval.PhaseDegraded),
+				Resource: cur.Name(), Department: d.team.Department, Team: d.team.ID, Before: before, After: after.Proto()})
+		}
 		if _, err := tx.Exec(ctx, `UPDATE virtual_clusters SET phase = 'FAILED', status_message = $2,
 			version = version + 1, update_time = now() WHERE id = $1`, cur.ID, msg); err != nil {
 			return err

@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/gpuplane/gpuplane/internal/errs"
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
@@ -45,6 +47,12 @@ type Config struct {
 	MaxAttempts int
 	// BackoffBase and BackoffMax bound retry delays.
 	BackoffBase, BackoffMax time.Duration
+	// Metrics, when set, gets the worker's Prometheus metrics (metrics.go);
+	// `serve --run-worker` passes the API server's registry.
+	Metrics prometheus.Registerer
+	// TracerProvider traces each reconcile job and its host-cluster steps;
+	// nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -84,6 +92,7 @@ type Worker struct {
 	cfg  Config
 	// beforeStep, when set (tests), runs before each step of a reconcile.
 	beforeStep func(step string)
+	tel        *workerTelemetry
 }
 
 // New builds a worker.
@@ -91,7 +100,10 @@ func New(pool *pgxpool.Pool, host Host, log *slog.Logger, cfg Config) *Worker {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Worker{Pool: pool, Host: host, Log: log, cfg: cfg.withDefaults()}
+	w := &Worker{Pool: pool, Host: host, Log: log, cfg: cfg.withDefaults()}
+	w.tel = newWorkerTelemetry(cfg.Metrics, cfg.TracerProvider)
+	w.Host = instrumentHost(host, w.tel)
+	return w
 }
 
 // claim is one leased work item.
@@ -99,6 +111,12 @@ type claim struct {
 	vcID     string
 	attempts int
 	enqueued time.Time
+	// traceParent is the W3C traceparent of the change that enqueued the
+	// work ("" when untraced); the reconcile's span continues its trace.
+	traceParent string
+	// generation is the one the reconcile set out to converge on (0 until
+	// the virtual cluster was read).
+	generation int64
 }
 
 // Run works until ctx ends. In-flight reconciles get ctx's cancellation;
@@ -171,13 +189,13 @@ func (w *Worker) claim(ctx context.Context, n int) ([]claim, error) {
 		          AND (lease_expire_time IS NULL OR lease_expire_time < clock_timestamp())
 		        ORDER BY run_after
 		        LIMIT $3 FOR UPDATE SKIP LOCKED)
-		RETURNING w.virtual_cluster_id, w.attempts, w.enqueue_time`, w.cfg.ID, w.cfg.Lease.String(), n)
+		RETURNING w.virtual_cluster_id, w.attempts, w.enqueue_time, COALESCE(w.trace_parent, '')`, w.cfg.ID, w.cfg.Lease.String(), n)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (claim, error) {
 		var c claim
-		return c, r.Scan(&c.vcID, &c.attempts, &c.enqueued)
+		return c, r.Scan(&c.vcID, &c.attempts, &c.enqueued, &c.traceParent)
 	})
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -39,6 +40,9 @@ type Config struct {
 	Ready    func(ctx context.Context) error
 	Registry *prometheus.Registry
 	Services Services
+	// TracerProvider traces HTTP requests, RPCs and the gateway's calls
+	// (telemetry.go); nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // Services are the domain implementations behind the API.
@@ -83,8 +87,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.lisGRPC.Close()
 		return nil, fmt.Errorf("listen HTTP on %s: %w", cfg.HTTPAddr, err)
 	}
+	s.lisGRPC = newDrainListener(s.lisGRPC) // see Shutdown
 
-	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.unaryChain), grpc.MaxRecvMsgSize(4<<20))
+	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.unaryChain, annotateSpan), grpc.MaxRecvMsgSize(4<<20),
+		grpcServerTracing(cfg.TracerProvider))
 	svc := cfg.Services
 	gpuplanev1.RegisterDepartmentServiceServer(s.grpc, svc.Departments)
 	gpuplanev1.RegisterTeamServiceServer(s.grpc, svc.Teams)
@@ -100,7 +106,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 
 	// The gateway dials our own gRPC port so REST calls pass the very same
 	// interceptor chain (authentication, logging, metrics, error mapping).
-	s.gwConn, err = grpc.NewClient(s.lisGRPC.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// No idle timeout: the connection must stay up while Shutdown drains,
+	// when the gRPC port no longer accepts new connections.
+	s.gwConn, err = grpc.NewClient(s.lisGRPC.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithIdleTimeout(0), grpcClientTracing(cfg.TracerProvider))
 	if err != nil {
 		s.closeListeners()
 		return nil, fmt.Errorf("dial own gRPC port: %w", err)
@@ -175,7 +184,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		_, _ = w.Write(openapiJSON)
 	})
 	s.http = &http.Server{
-		Handler:           mux,
+		Handler:           httpTracing(cfg.TracerProvider, newHTTPMetrics(cfg.Registry).wrap(mux)),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
@@ -214,6 +223,11 @@ func (s *Server) Serve() error {
 // ends; then it cuts the rest off.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.health.Shutdown()
+	// Both ports refuse new connections from now on; REST calls in flight
+	// still reach the gRPC server over the gateway's open connection.
+	if d, ok := s.lisGRPC.(*drainListener); ok {
+		d.drain()
+	}
 	herr := s.http.Shutdown(ctx)
 	done := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(done) }()

@@ -18,7 +18,9 @@ const DefaultMaxConns = 10
 // Open connects a pool to dsn (URL or keyword/value form) and pings it, so a
 // bad DSN or unreachable server fails at startup rather than on the first
 // request.
-func Open(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
+//
+// Options (WithTracer) adjust the pool configuration.
+func Open(ctx context.Context, dsn string, maxConns int32, opts ...OpenOption) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		// pgx redacts passwords from this error on a best-effort basis.
@@ -42,6 +44,9 @@ func Open(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error
 		cfg.ConnConfig.RuntimeParams["application_name"] = "gpuplane"
 	}
 
+	for _, o := range opts {
+		o(cfg)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: create pool: %w", err)

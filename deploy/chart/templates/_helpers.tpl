@@ -1,0 +1,180 @@
+{{/* Chart name, possibly overridden. */}}
+{{- define "gpuplane.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Base name of every object: the release name, prefixed with the chart name
+unless the release name already contains it. At most 40 characters, so that
+"-server-grpc" and the like still fit in a 63-character name.
+*/}}
+{{- define "gpuplane.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gpuplane.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels of every object. */}}
+{{- define "gpuplane.labels" -}}
+helm.sh/chart: {{ include "gpuplane.chart" . }}
+app.kubernetes.io/name: {{ include "gpuplane.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gpuplane
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Selector labels of one component: pass (dict "ctx" $ "component" "server"). */}}
+{{- define "gpuplane.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpuplane.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "gpuplane.componentLabels" -}}
+{{ include "gpuplane.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "gpuplane.serverServiceAccount" -}}
+{{- default (printf "%s-server" (include "gpuplane.fullname" .)) .Values.serviceAccount.serverName -}}
+{{- end -}}
+{{- define "gpuplane.workerServiceAccount" -}}
+{{- default (printf "%s-worker" (include "gpuplane.fullname" .)) .Values.serviceAccount.workerName -}}
+{{- end -}}
+{{- define "gpuplane.migrateServiceAccount" -}}
+{{- default (printf "%s-migrate" (include "gpuplane.fullname" .)) .Values.serviceAccount.migrateName -}}
+{{- end -}}
+
+{{- define "gpuplane.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The restricted Pod Security profile, for pods and containers. The image runs
+as the distroless "nonroot" user (65532).
+*/}}
+{{- define "gpuplane.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+{{- define "gpuplane.containerSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+privileged: false
+capabilities:
+  drop:
+    - ALL
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* DATABASE_URL, always from the existing Secret. */}}
+{{- define "gpuplane.databaseEnv" -}}
+- name: DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.database.existingSecret }}
+      key: {{ .Values.database.key }}
+{{- end -}}
+
+{{/* A setting from its plain value, else from a Secret key, else nothing. */}}
+{{- define "gpuplane.valueOrSecret" -}}
+{{- if .value }}
+- name: {{ .env }}
+  value: {{ .value | quote }}
+{{- else if and .secret .key }}
+- name: {{ .env }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .secret }}
+      key: {{ .key }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Host cluster access: in-cluster by default; with a kubeconfig Secret,
+KUBECONFIG points at the mounted file.
+*/}}
+{{- define "gpuplane.hostClusterEnv" -}}
+{{- if .Values.hostCluster.kubeconfigSecret.name }}
+- name: KUBECONFIG
+  value: /etc/gpuplane/host-cluster/{{ .Values.hostCluster.kubeconfigSecret.key }}
+{{- end }}
+{{- end -}}
+{{- define "gpuplane.hostClusterVolumeMount" -}}
+{{- if .Values.hostCluster.kubeconfigSecret.name }}
+- name: host-kubeconfig
+  mountPath: /etc/gpuplane/host-cluster
+  readOnly: true
+{{- end }}
+{{- end -}}
+{{- define "gpuplane.hostClusterVolume" -}}
+{{- if .Values.hostCluster.kubeconfigSecret.name }}
+- name: host-kubeconfig
+  secret:
+    secretName: {{ .Values.hostCluster.kubeconfigSecret.name }}
+    items:
+      - key: {{ .Values.hostCluster.kubeconfigSecret.key }}
+        path: {{ .Values.hostCluster.kubeconfigSecret.key }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Helm (inside the worker) keeps its repository cache and registry
+configuration under these directories; the root filesystem is read-only,
+so they live on the /tmp emptyDir.
+*/}}
+{{- define "gpuplane.scratchEnv" -}}
+- name: HOME
+  value: /tmp
+- name: XDG_CACHE_HOME
+  value: /tmp/.cache
+- name: HELM_CACHE_HOME
+  value: /tmp/helm/cache
+- name: HELM_CONFIG_HOME
+  value: /tmp/helm/config
+- name: HELM_DATA_HOME
+  value: /tmp/helm/data
+{{- end -}}
+
+{{/* Default anti-affinity: spread replicas of one component over nodes. */}}
+{{- define "gpuplane.affinity" -}}
+{{- if .affinity -}}
+{{ toYaml .affinity }}
+{{- else -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "gpuplane.selectorLabels" (dict "ctx" .ctx "component" .component) | nindent 12 }}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,313 @@
+package rbacproof
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/gpuplane/gpuplane/internal/devenv"
+	"github.com/gpuplane/gpuplane/internal/hostcluster"
+)
+
+const gib = int64(1) << 30
+
+func virtualCluster(name, tier string) hostcluster.VirtualCluster {
+	return hostcluster.VirtualCluster{
+		Name: name, Team: "team-" + name, Department: "dept-" + name, Tier: tier,
+		AllowFractionalGPUs: tier == hostcluster.TierShared,
+		Leaf: hostcluster.QueueSpec{
+			Quota:           hostcluster.Quantities{GPUCenti: 200, CPUMillis: 16000, MemoryBytes: 64 * gib},
+			Limit:           &hostcluster.Quantities{GPUCenti: 400, CPUMillis: 32000, MemoryBytes: 128 * gib},
+			OverQuotaWeight: 1,
+		},
+		TeamQueue:         hostcluster.QueueSpec{Quota: hostcluster.Quantities{GPUCenti: 800, CPUMillis: 64000, MemoryBytes: 256 * gib}, OverQuotaWeight: 1, Priority: 100},
+		DepartmentQueue:   hostcluster.QueueSpec{Quota: hostcluster.Quantities{GPUCenti: 1600, CPUMillis: 128000, MemoryBytes: 512 * gib}, OverQuotaWeight: 1, Priority: 100},
+		KubernetesVersion: "1.31.1",
+		ChartVersion:      "0.20.0",
+		Generation:        1,
+	}
+}
+
+func hostClient(t *testing.T, cfg *rest.Config) *hostcluster.Client {
+	t.Helper()
+	c, err := hostcluster.New(cfg, hostcluster.Options{Settings: hostcluster.Settings{
+		Chart:             hostcluster.ChartSource{Dir: shared.chart},
+		IngressNamespaces: []string{"gpuplane-system"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// workerLifecycle is everything the worker does to one virtual cluster over
+// its life (internal/reconcile): apply + observe on create, then (the
+// kubelet and vCluster's part, played by the admin) the control plane comes
+// up, a quota change, a resync with nothing to change, the capacity read,
+// and delete. It stops at the first error. strict also checks the outcome
+// of each step, for the run with the chart's full role.
+func workerLifecycle(ctx context.Context, host *hostcluster.Client, vc hostcluster.VirtualCluster, strict bool) error {
+	apply := func(stage, wantRelease string) error {
+		steps, err := host.Apply(ctx, vc)
+		if err != nil {
+			return fmt.Errorf("%s: apply: %w", stage, err)
+		}
+		if strict {
+			if last := steps[len(steps)-1]; last.Step != hostcluster.StepRelease || !strings.Contains(last.Detail, wantRelease) {
+				return fmt.Errorf("%s: release step %+v, want %q", stage, last, wantRelease)
+			}
+		}
+		if _, err := host.Observe(ctx, vc); err != nil {
+			return fmt.Errorf("%s: observe: %w", stage, err)
+		}
+		return nil
+	}
+
+	if err := apply("create", "installed"); err != nil {
+		return err
+	}
+	sts, err := shared.kube.AppsV1().StatefulSets(hostcluster.NamespaceName(vc.Name)).Get(ctx, hostcluster.ReleaseName(vc.Name), metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("create: the release has no StatefulSet: %w", err)
+	}
+	if err := devenv.MarkControlPlaneReady(ctx, shared.kube, sts); err != nil {
+		return err
+	}
+	o, err := host.Observe(ctx, vc)
+	if err != nil {
+		return fmt.Errorf("create: observe once ready: %w", err)
+	}
+	if strict && !o.Ready() {
+		return fmt.Errorf("create: not ready after the control plane came up: %+v", o)
+	}
+
+	vc.Generation++
+	vc.Leaf.Quota.GPUCenti, vc.Leaf.Limit.GPUCenti = 300, 600
+	if err := apply("quota change", "upgraded"); err != nil {
+		return err
+	}
+	if err := apply("resync", "unchanged"); err != nil {
+		return err
+	}
+
+	pools, err := host.Capacity(ctx)
+	if err != nil {
+		return fmt.Errorf("capacity: %w", err)
+	}
+	if strict && pools[hostcluster.DedicatedPool].GPUCenti == 0 {
+		return fmt.Errorf("capacity: no dedicated GPUs in %+v", pools)
+	}
+
+	if err := host.Delete(ctx, vc); err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
+	return nil
+}
+
+// serverLifecycle is what the API server does on the host cluster: read
+// node capacity.
+func serverLifecycle(ctx context.Context, host *hostcluster.Client) error {
+	pools, err := host.Capacity(ctx)
+	if err != nil {
+		return fmt.Errorf("capacity: %w", err)
+	}
+	if len(pools) == 0 {
+		return errors.New("capacity: no pools")
+	}
+	return nil
+}
+
+// assertGone checks, as admin, that Delete left nothing cluster-scoped
+// behind and that the namespace is on its way out.
+func assertGone(t *testing.T, ctx context.Context, vc hostcluster.VirtualCluster) {
+	t.Helper()
+	kube := shared.kube
+	notFound := func(what string, err error) {
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("%s after delete: %v (want NotFound)", what, err)
+		}
+	}
+	adm := kube.AdmissionregistrationV1()
+	p := hostcluster.PolicyName(vc.Name)
+	_, err := adm.ValidatingAdmissionPolicies().Get(ctx, p, metav1.GetOptions{})
+	notFound("validating policy", err)
+	_, err = adm.ValidatingAdmissionPolicyBindings().Get(ctx, p, metav1.GetOptions{})
+	notFound("validating policy binding", err)
+	_, err = adm.MutatingAdmissionPolicies().Get(ctx, p, metav1.GetOptions{})
+	notFound("mutating policy", err)
+	_, err = adm.MutatingAdmissionPolicyBindings().Get(ctx, p, metav1.GetOptions{})
+	notFound("mutating policy binding", err)
+	ns := hostcluster.NamespaceName(vc.Name)
+	crs, err := kube.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{LabelSelector: "release=" + hostcluster.ReleaseName(vc.Name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(crs.Items) > 0 {
+		t.Errorf("vCluster ClusterRole %s left behind", crs.Items[0].Name)
+	}
+	n, err := kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err == nil && n.DeletionTimestamp == nil {
+		t.Errorf("namespace %s not deleted", ns)
+	}
+}
+
+// TestChartRolesSuffice: bound to nothing but what the chart grants it, each
+// component does its whole job without one RBAC denial.
+func TestChartRolesSuffice(t *testing.T) {
+	env(t)
+	grants := chartGrants(t)
+	for _, component := range []string{"worker", "server"} {
+		if _, ok := grants[component]; !ok {
+			t.Fatalf("the chart renders no %s Deployment", component)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	t.Run("worker", func(t *testing.T) {
+		g := grants["worker"]
+		spec := grantSpec{}
+		for _, cr := range g.ClusterRoles {
+			spec.ClusterRules = append(spec.ClusterRules, cr.Rules) // verbatim
+		}
+		for _, r := range g.Roles {
+			spec.Rules = append(spec.Rules, r.Rules)
+		}
+		id := newIdentity(t, ctx, g.Namespace, g.ServiceAccount, spec)
+		host := hostClient(t, id.config)
+		for _, tier := range []string{hostcluster.TierShared, hostcluster.TierDedicated} {
+			vc := virtualCluster("full-"+strings.ToLower(tier), tier)
+			start := time.Now()
+			if err := workerLifecycle(ctx, host, vc, true); err != nil {
+				_, msgs := id.denied.RBAC()
+				t.Fatalf("%s virtual cluster: %v\n403 answers:\n%s", tier, err, strings.Join(msgs, "\n"))
+			}
+			t.Logf("%s virtual cluster: create, quota change, resync, capacity, delete as %s in %s", tier, id.user, time.Since(start).Round(time.Millisecond))
+			assertGone(t, ctx, vc)
+		}
+		if perms, msgs := id.denied.RBAC(); len(perms) > 0 {
+			t.Errorf("RBAC denied %v:\n%s", perms, strings.Join(msgs, "\n"))
+		}
+	})
+
+	t.Run("server", func(t *testing.T) {
+		g := grants["server"]
+		spec := grantSpec{}
+		for _, cr := range g.ClusterRoles {
+			spec.ClusterRules = append(spec.ClusterRules, cr.Rules)
+		}
+		for _, r := range g.Roles {
+			spec.Rules = append(spec.Rules, r.Rules)
+		}
+		id := newIdentity(t, ctx, g.Namespace, g.ServiceAccount, spec)
+		if err := serverLifecycle(ctx, hostClient(t, id.config)); err != nil {
+			t.Fatal(err)
+		}
+		if perms, msgs := id.denied.RBAC(); len(perms) > 0 {
+			t.Errorf("RBAC denied %v:\n%s", perms, strings.Join(msgs, "\n"))
+		}
+	})
+
+	t.Run("no grant is refused", func(t *testing.T) {
+		// The control: the authorizer really is RBAC, and an unbound
+		// ServiceAccount cannot do the job.
+		id := newIdentity(t, ctx, "rbacproof-control", "nobody", grantSpec{})
+		err := serverLifecycle(ctx, hostClient(t, id.config))
+		if !apierrors.IsForbidden(err) {
+			t.Fatalf("capacity without a grant: %v, want Forbidden", err)
+		}
+		if perms, _ := id.denied.RBAC(); !slices.Contains(perms, perm{"", "nodes", "list"}) {
+			t.Fatalf("denials %v, want list core/nodes", perms)
+		}
+	})
+}
+
+// TestEveryPermissionIsNeeded takes the chart's rules apart into single
+// (API group, resource, verb) permissions and, for each, binds a fresh
+// ServiceAccount to all the others: the component's job must then fail, and
+// the API server's denial must name exactly the permission left out (the
+// authorizer's "cannot <verb> resource", or RBAC's escalation check when
+// Helm creates the vCluster chart's Role or ClusterRole, which may only
+// grant what the worker itself holds). Permissions, not rule entries, are
+// the unit: a rule entry with a resource or verb too many would pass a
+// rule-level test.
+//
+// The worker runs the DEDICATED lifecycle here: it does everything the
+// SHARED one does (same steps, one more guardrail probe) and also installs
+// the vCluster ClusterRole that syncs the dedicated pool's nodes.
+func TestEveryPermissionIsNeeded(t *testing.T) {
+	env(t)
+	grants := chartGrants(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+
+	type component struct {
+		name string
+		run  func(ctx context.Context, host *hostcluster.Client, i int) error
+	}
+	components := []component{
+		{"worker", func(ctx context.Context, host *hostcluster.Client, i int) error {
+			return workerLifecycle(ctx, host, virtualCluster(fmt.Sprintf("minus-%d", i), hostcluster.TierDedicated), false)
+		}},
+		{"server", func(ctx context.Context, host *hostcluster.Client, _ int) error { return serverLifecycle(ctx, host) }},
+	}
+	n := 0
+	for _, c := range components {
+		g := grants[c.name]
+		if len(g.Roles) > 0 {
+			t.Fatalf("%s: the chart binds namespaced Roles; extend the proof to take them apart too", c.name)
+		}
+		perms := expand(t, g.Rules())
+		t.Logf("%s: %d permissions in ClusterRole(s) %s", c.name, len(perms), roleNames(g))
+		t.Run(c.name, func(t *testing.T) {
+			for _, missing := range perms {
+				n++
+				i := n
+				t.Run(missing.String(), func(t *testing.T) {
+					t.Parallel()
+					others := slices.DeleteFunc(slices.Clone(perms), func(p perm) bool { return p == missing })
+					id := newIdentity(t, ctx, "rbacproof-minus", fmt.Sprintf("%s-%d", c.name, i), grantSpec{ClusterRules: [][]rbacv1.PolicyRule{rulesOf(others)}}, missing)
+					sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+					defer cancel()
+					err := c.run(sctx, hostClient(t, id.config), i)
+					denied, msgs := id.denied.RBAC()
+					if err == nil {
+						t.Fatalf("%s did its whole job without %s: the chart grants more than it needs", c.name, missing)
+					}
+					if !slices.Contains(denied, missing) {
+						t.Fatalf("failed (%v), but no RBAC denial named %s; 403 answers:\n%s", err, missing, strings.Join(msgs, "\n"))
+					}
+					if len(denied) > 1 {
+						t.Errorf("denials %v name more than %s: the chart's role is missing something", denied, missing)
+					}
+					t.Logf("refused: %s", firstLine(err.Error()))
+				})
+			}
+		})
+	}
+}
+
+func roleNames(g chartGrant) string {
+	var names []string
+	for _, r := range g.ClusterRoles {
+		names = append(names, r.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
+}

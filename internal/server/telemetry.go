@@ -1,0 +1,73 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"strings"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/stats"
+
+	"github.com/gpuplane/gpuplane/internal/identity"
+	"github.com/gpuplane/gpuplane/internal/telemetry"
+)
+
+// Tracing: otelhttp spans on the HTTP listener, otelgrpc spans on the gRPC
+// server and on the gateway's client connection (which carries the HTTP
+// span's context into the gRPC call), and the request id and subject on
+// the gRPC server span. Metrics stay with Prometheus; the OpenTelemetry
+// instrumentations get a no-op meter.
+
+// untracedGRPC: health checks (probes) would only add noise.
+func untracedGRPC(info *stats.RPCTagInfo) bool {
+	return !strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.Health/")
+}
+
+func grpcServerTracing(tp trace.TracerProvider) grpc.ServerOption {
+	return grpc.StatsHandler(otelgrpc.NewServerHandler(
+		otelgrpc.WithTracerProvider(telemetry.OrNoop(tp)),
+		otelgrpc.WithPropagators(telemetry.Propagator()),
+		otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
+		otelgrpc.WithFilter(untracedGRPC),
+	))
+}
+
+func grpcClientTracing(tp trace.TracerProvider) grpc.DialOption {
+	return grpc.WithStatsHandler(otelgrpc.NewClientHandler(
+		otelgrpc.WithTracerProvider(telemetry.OrNoop(tp)),
+		otelgrpc.WithPropagators(telemetry.Propagator()),
+		otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
+	))
+}
+
+// httpTracing traces HTTP requests except the probe and scrape endpoints.
+func httpTracing(tp trace.TracerProvider, h http.Handler) http.Handler {
+	return otelhttp.NewHandler(h, "gpuplane.http",
+		otelhttp.WithTracerProvider(telemetry.OrNoop(tp)),
+		otelhttp.WithPropagators(telemetry.Propagator()),
+		otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()),
+		otelhttp.WithFilter(func(r *http.Request) bool {
+			switch r.URL.Path {
+			case "/healthz", "/readyz", "/metrics":
+				return false
+			}
+			return true
+		}),
+	)
+}
+
+// annotateSpan runs inside unaryChain (after the request id is assigned and
+// the caller authenticated) and puts both on the RPC's span.
+func annotateSpan(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(telemetry.AttrRequestID.String(RequestIDFrom(ctx)))
+		if p, ok := identity.PrincipalFrom(ctx); ok {
+			span.SetAttributes(telemetry.AttrSubject.String(p.Subject))
+		}
+	}
+	return handler(ctx, req)
+}

@@ -1,0 +1,1 @@
+ALTER TABLE reconcile_work DROP COLUMN IF EXISTS trace_parent;
