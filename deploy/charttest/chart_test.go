@@ -91,6 +91,7 @@ func TestRenderDefaults(t *testing.T) {
 		"PodDisruptionBudget/gpuplane-system/gpuplane-server",
 		"Service/gpuplane-system/gpuplane-grpc",
 		"Service/gpuplane-system/gpuplane-http",
+		"Service/gpuplane-system/gpuplane-worker-metrics",
 		"Job/gpuplane-system/gpuplane-migrate",
 	}
 	var got []string
@@ -129,8 +130,22 @@ func TestRenderDefaults(t *testing.T) {
 	}
 
 	worker := deployment(t, r, "gpuplane-worker")
-	if *worker.Spec.Replicas != 2 || !slices.Equal(worker.Spec.Template.Spec.Containers[0].Args, []string{"worker"}) {
-		t.Errorf("worker replicas %d args %v", *worker.Spec.Replicas, worker.Spec.Template.Spec.Containers[0].Args)
+	wc := worker.Spec.Template.Spec.Containers[0]
+	if *worker.Spec.Replicas != 2 || !slices.Equal(wc.Args, []string{"worker"}) {
+		t.Errorf("worker replicas %d args %v", *worker.Spec.Replicas, wc.Args)
+	}
+	if p := wc.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "metrics" {
+		t.Errorf("worker liveness probe %+v, want GET /healthz on metrics", p)
+	}
+	if len(wc.Ports) != 1 || wc.Ports[0].Name != "metrics" || wc.Ports[0].ContainerPort != 8081 {
+		t.Errorf("worker ports %+v, want metrics 8081", wc.Ports)
+	}
+	if got, _, _ := unstructured.NestedString(r.Find("ConfigMap", "gpuplane").Object, "data", "GPUPLANE_METRICS_ADDR"); got != ":8081" {
+		t.Errorf("GPUPLANE_METRICS_ADDR %q, want :8081", got)
+	}
+	// The worker configures virtual API servers with the same OIDC issuer.
+	if e := envOf(wc)["GPUPLANE_OIDC_ISSUER_URL"]; e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+		t.Errorf("worker OIDC issuer %+v, want it from the Secret", e)
 	}
 
 	job := r.Find("Job", "gpuplane-migrate")
@@ -207,11 +222,11 @@ func TestRenderFull(t *testing.T) {
 	if e := env["GPUPLANE_OIDC_CLIENT_ID"]; e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != "oidc-settings" || e.ValueFrom.SecretKeyRef.Key != "client-id" {
 		t.Errorf("client id %+v, want secretKeyRef oidc-settings/client-id", e)
 	}
-	if e := env["GPUPLANE_OIDC_CA_FILE"]; e.Value != "/etc/gpuplane/oidc-ca/bundle.pem" || !mounted(server.Spec.Template.Spec, c, e.Value) {
-		t.Errorf("OIDC CA file %q is not on a mounted volume", e.Value)
-	}
 	for _, d := range []*appsv1.Deployment{server, deployment(t, r, "gp-worker")} {
 		c := d.Spec.Template.Spec.Containers[0]
+		if e := envOf(c)["GPUPLANE_OIDC_CA_FILE"]; e.Value != "/etc/gpuplane/oidc-ca/bundle.pem" || !mounted(d.Spec.Template.Spec, c, e.Value) {
+			t.Errorf("%s: OIDC CA file %q is not on a mounted volume", d.Name, e.Value)
+		}
 		e := envOf(c)["KUBECONFIG"]
 		if e.Value != "/etc/gpuplane/host-cluster/config" || !mounted(d.Spec.Template.Spec, c, e.Value) {
 			t.Errorf("%s: KUBECONFIG %q is not on a mounted volume", d.Name, e.Value)
@@ -413,8 +428,12 @@ func TestWiring(t *testing.T) {
 				convert(t, o, &svc)
 				services[svc.Name] = svc
 				targets := matching(svc.Spec.Selector)
-				if len(targets) != 1 || !strings.HasSuffix(targets[0], "-server") {
-					t.Errorf("Service %s selects %v, want the server Deployment", svc.Name, targets)
+				wantSuffix := "-server"
+				if strings.HasSuffix(svc.Name, "-worker-metrics") {
+					wantSuffix = "-worker"
+				}
+				if len(targets) != 1 || !strings.HasSuffix(targets[0], wantSuffix) {
+					t.Errorf("Service %s selects %v, want the *%s Deployment", svc.Name, targets, wantSuffix)
 					continue
 				}
 				spec := pods["Deployment/"+targets[0]]
@@ -431,15 +450,28 @@ func TestWiring(t *testing.T) {
 				}
 			}
 			for _, o := range r.OfKind("ServiceMonitor") {
+				// Every endpoint must find its port on exactly one selected
+				// Service, and together they scrape the server and the worker.
 				sel, _, _ := unstructured.NestedStringMap(o.Object, "spec", "selector", "matchLabels")
-				var hit []string
-				for name, svc := range services {
-					if labels.SelectorFromSet(sel).Matches(labels.Set(svc.Labels)) {
-						hit = append(hit, name)
+				endpoints, _, _ := unstructured.NestedSlice(o.Object, "spec", "endpoints")
+				var scraped []string
+				for _, ep := range endpoints {
+					port, _, _ := unstructured.NestedString(ep.(map[string]any), "port")
+					var hit []string
+					for name, svc := range services {
+						if labels.SelectorFromSet(sel).Matches(labels.Set(svc.Labels)) &&
+							slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == port }) {
+							hit = append(hit, name)
+						}
 					}
+					if len(hit) != 1 {
+						t.Errorf("ServiceMonitor endpoint port %s matches Services %v, want one", port, hit)
+					}
+					scraped = append(scraped, hit...)
 				}
-				if len(hit) != 1 || !strings.HasSuffix(hit[0], "-http") {
-					t.Errorf("ServiceMonitor selects Services %v, want the HTTP one", hit)
+				slices.Sort(scraped)
+				if want := []string{o.GetName() + "-http", o.GetName() + "-worker-metrics"}; !slices.Equal(scraped, want) {
+					t.Errorf("ServiceMonitor scrapes %v, want %v", scraped, want)
 				}
 			}
 			for _, o := range r.OfKind("Ingress") {

@@ -42,9 +42,13 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,11 +77,22 @@ const benchClients = 16
 // by full name, so parents can log the ratios of the bar.
 var opsPerSec sync.Map // string -> float64
 
+// cpuPerOp is the same for cpu_ms/op.
+var cpuPerOp sync.Map // string -> float64
+
 // runClients runs b.N operations on benchClients goroutines and reports
-// ops/s, p50_ms and p99_ms. op gets the client number (0..15) and the
-// operation number (0..b.N-1, unique within this run).
-func runClients(b *testing.B, op func(ctx context.Context, client, i int) error) {
+// ops/s, p50_ms and p99_ms, and with a meter cpu_ms/op: the CPU time the
+// client and the system under test spent per operation, which moves much
+// less with the machine's load than throughput does; go_cpu_ms/op is the
+// part spent in this process (client, plus the gpuplane server and gateway
+// when they are under test). op gets the client
+// number (0..15) and the operation number (0..b.N-1, unique within this run).
+func runClients(b *testing.B, meter *cpuMeter, op func(ctx context.Context, client, i int) error) {
 	b.Helper()
+	var self0, ext0 time.Duration
+	if meter != nil {
+		self0, ext0 = meter.read()
+	}
 	ctx := context.Background()
 	per := make([][]time.Duration, benchClients)
 	var next atomic.Int64
@@ -111,6 +126,16 @@ func runClients(b *testing.B, op func(ctx context.Context, client, i int) error)
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
+	if meter != nil {
+		self1, ext1 := meter.read()
+		perOp := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(b.N) }
+		cpu := perOp(self1 - self0 + ext1 - ext0)
+		b.ReportMetric(cpu, "cpu_ms/op")
+		b.ReportMetric(perOp(self1-self0), "go_cpu_ms/op")
+		if !b.Failed() {
+			cpuPerOp.Store(b.Name(), cpu)
+		}
+	}
 	all := slices.Concat(per...)
 	slices.Sort(all)
 	rate := float64(len(all)) / elapsed.Seconds()
@@ -147,6 +172,133 @@ func logRatio(b *testing.B, what, num, den string, bar float64) {
 	}
 	// Printed, not logged: benchmark parents' logs only show with -v.
 	fmt.Printf("%s: %s: %s %.0f ops/s / %s %.0f ops/s = %.2f (bar >= %.2f: %s)\n", b.Name(), what, num, nv, den, dv, r, bar, verdict)
+	nc, ok1 := cpuPerOp.Load(b.Name() + "/" + num)
+	dc, ok2 := cpuPerOp.Load(b.Name() + "/" + den)
+	if ok1 && ok2 {
+		fmt.Printf("%s: %s: CPU per op %s %.3f ms, %s %.3f ms: %s costs %.2fx the CPU of %s\n",
+			b.Name(), what, num, nc, den, dc, num, nc.(float64)/dc.(float64), den)
+	}
+}
+
+// cpuMeter measures the CPU time of this process (client, and the gpuplane
+// server when it is the system under test) plus other processes of the
+// system under test with all their descendants: the PostgreSQL postmaster
+// and its backends, or etcd and kube-apiserver. Linux only; elsewhere
+// newCPUMeter returns nil and cpu_ms/op is not reported.
+type cpuMeter struct {
+	roots []int
+}
+
+func newCPUMeter(roots ...int) *cpuMeter {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		return nil
+	}
+	return &cpuMeter{roots: roots}
+}
+
+type procStat struct {
+	comm  string
+	ppid  int
+	ticks int64 // utime + stime + cutime + cstime
+}
+
+// procs reads /proc/*/stat.
+func procs() map[int]procStat {
+	out := map[int]procStat{}
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		open, end := bytes.IndexByte(raw, '('), bytes.LastIndexByte(raw, ')')
+		if open < 0 || end < open {
+			continue
+		}
+		f := strings.Fields(string(raw[end+1:]))
+		if len(f) < 15 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		var ticks int64
+		for _, i := range []int{11, 12, 13, 14} {
+			v, _ := strconv.ParseInt(f[i], 10, 64)
+			ticks += v
+		}
+		out[pid] = procStat{comm: string(raw[open+1 : end]), ppid: ppid, ticks: ticks}
+	}
+	return out
+}
+
+// clockTick is USER_HZ, 100 on every Linux architecture Go supports.
+const clockTick = 10 * time.Millisecond
+
+// read returns the CPU time used so far by this process and by the other
+// measured processes.
+func (m *cpuMeter) read() (self, others time.Duration) {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	if len(m.roots) == 0 {
+		return self, 0
+	}
+	all := procs()
+	children := map[int][]int{}
+	for pid, p := range all {
+		children[p.ppid] = append(children[p.ppid], pid)
+	}
+	todo := slices.Clone(m.roots)
+	for len(todo) > 0 {
+		pid := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		others += time.Duration(all[pid].ticks) * clockTick
+		todo = append(todo, children[pid]...)
+	}
+	return self, others
+}
+
+// childPIDs are this process's children whose command is one of comms.
+func childPIDs(comms ...string) []int {
+	var out []int
+	self := os.Getpid()
+	for pid, p := range procs() {
+		if p.ppid == self && slices.Contains(comms, p.comm) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// postmasterPID finds the PostgreSQL server listening on port (started by
+// storetest with pg_ctl, so not our child). 0 when not found, e.g. a server
+// in a container or on another host: then only this process is measured.
+func postmasterPID(port uint16) int {
+	want := strconv.Itoa(int(port))
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if len(args) == 0 || !strings.HasSuffix(args[0], "/postgres") && args[0] != "postgres" {
+			continue
+		}
+		for i := 1; i+1 < len(args); i++ {
+			if args[i] == "-p" && args[i+1] == want {
+				return pid
+			}
+		}
+	}
+	return 0
 }
 
 // seq makes names unique across the repeated runs of one benchmark.
@@ -161,6 +313,8 @@ type appFixture struct {
 	token string          // alice's ID token, reused like a real client does
 	rpc   context.Context // carries the same token for gRPC calls
 	http  *http.Client
+	// meter covers this process (client and server) and PostgreSQL.
+	meter *cpuMeter
 }
 
 // startApp runs the real server for the lifetime of b (a parent benchmark,
@@ -179,6 +333,12 @@ func startApp(b *testing.B) *appFixture {
 		http:  &http.Client{Transport: tr, Timeout: time.Minute},
 	}
 	f.rpc = metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+f.token)
+	if pm := postmasterPID(e.App.Pool().Config().ConnConfig.Port); pm != 0 {
+		f.meter = newCPUMeter(pm)
+	} else {
+		b.Logf("PostgreSQL server process not found: cpu_ms/op covers this process only")
+		f.meter = newCPUMeter()
+	}
 	// Open the keep-alive connections before anything is timed.
 	var wg sync.WaitGroup
 	for range benchClients {
@@ -380,6 +540,8 @@ var queueGVR = schema.GroupVersionResource{Group: "scheduling.run.ai", Version: 
 
 type kubeFixture struct {
 	dyn dynamic.ResourceInterface
+	// meter covers this process (client) and etcd + kube-apiserver.
+	meter *cpuMeter
 }
 
 // kubeOnce starts envtest (with the KAI Queue CRD fixture, which
@@ -411,7 +573,7 @@ func kubeOnce(parent *testing.B) func() (*kubeFixture, error) {
 		if err != nil {
 			return nil, err
 		}
-		k := &kubeFixture{dyn: dyn.Resource(queueGVR)}
+		k := &kubeFixture{dyn: dyn.Resource(queueGVR), meter: newCPUMeter(childPIDs("etcd", "kube-apiserver")...)}
 		// Wait until the Queue resource serves (CRD established and routed).
 		deadline := time.Now().Add(time.Minute)
 		for {
@@ -482,7 +644,7 @@ func BenchmarkCreate(b *testing.B) {
 	// one transaction (department lock, hierarchy fit, insert, audit).
 	b.Run("REST", func(b *testing.B) {
 		dept := f.freshDepartment(b)
-		runClients(b, func(ctx context.Context, _, _ int) error {
+		runClients(b, f.meter, func(ctx context.Context, _, _ int) error {
 			return f.restCreateTeam(ctx, dept, fmt.Sprintf("rest-%d", seq.Add(1)))
 		})
 	})
@@ -490,7 +652,7 @@ func BenchmarkCreate(b *testing.B) {
 	// The same call over gRPC (no gateway, no JSON): diagnostic.
 	b.Run("gRPC", func(b *testing.B) {
 		dept := "departments/" + f.freshDepartment(b)
-		runClients(b, func(ctx context.Context, _, _ int) error {
+		runClients(b, f.meter, func(ctx context.Context, _, _ int) error {
 			id := fmt.Sprintf("grpc-%d", seq.Add(1))
 			_, err := f.env.Teams.CreateTeam(f.rpc, &pb.CreateTeamRequest{TeamId: id, Team: &pb.Team{
 				Department: dept, DisplayName: "Team " + id,
@@ -507,14 +669,14 @@ func BenchmarkCreate(b *testing.B) {
 		for c := range depts {
 			depts[c] = f.freshDepartment(b)
 		}
-		runClients(b, func(ctx context.Context, c, _ int) error {
+		runClients(b, f.meter, func(ctx context.Context, c, _ int) error {
 			return f.restCreateTeam(ctx, depts[c], fmt.Sprintf("spread-%d", seq.Add(1)))
 		})
 	})
 
 	// REST into a department that already has 10,000 teams: diagnostic.
 	b.Run("REST_dept10k", func(b *testing.B) {
-		runClients(b, func(ctx context.Context, _, _ int) error {
+		runClients(b, f.meter, func(ctx context.Context, _, _ int) error {
 			return f.restCreateTeam(ctx, "bench-10k", fmt.Sprintf("big-x%d", seq.Add(1)))
 		})
 	})
@@ -526,7 +688,7 @@ func BenchmarkCreate(b *testing.B) {
 		if err != nil {
 			b.Fatalf("envtest: %v", err)
 		}
-		runClients(b, func(ctx context.Context, _, _ int) error {
+		runClients(b, k.meter, func(ctx context.Context, _, _ int) error {
 			return k.createQueue(ctx, fmt.Sprintf("bench-q-%d", seq.Add(1)))
 		})
 	})
@@ -535,7 +697,7 @@ func BenchmarkCreate(b *testing.B) {
 	// explicit transaction, no hierarchy check, no audit.
 	b.Run("RawPgx", func(b *testing.B) {
 		pool := f.rawPool(b)
-		runClients(b, func(ctx context.Context, _, _ int) error {
+		runClients(b, f.meter, func(ctx context.Context, _, _ int) error {
 			id := fmt.Sprintf("raw-%d", seq.Add(1))
 			_, err := pool.Exec(ctx, `
 				INSERT INTO teams (id, department_id, display_name, isolation_tier, gpu_centi, cpu_millis, memory_bytes)
@@ -552,7 +714,7 @@ func BenchmarkCreate(b *testing.B) {
 	b.Run("RawPgxTx", func(b *testing.B) {
 		pool := f.rawPool(b)
 		dept := f.freshDepartment(b)
-		runClients(b, func(ctx context.Context, _, _ int) error {
+		runClients(b, f.meter, func(ctx context.Context, _, _ int) error {
 			return createTeamSQL(ctx, pool, dept, fmt.Sprintf("rawtx-%d", seq.Add(1)))
 		})
 	})
@@ -594,7 +756,7 @@ func BenchmarkGet(b *testing.B) {
 	})
 
 	b.Run("REST", func(b *testing.B) {
-		runClients(b, func(ctx context.Context, _, i int) error {
+		runClients(b, f.meter, func(ctx context.Context, _, i int) error {
 			id := fmt.Sprintf("get-%07d", i%teams+1)
 			var out teamJSON
 			if err := f.do(ctx, "GET", "/v1/teams/"+id, nil, &out); err != nil {
@@ -608,7 +770,7 @@ func BenchmarkGet(b *testing.B) {
 	})
 
 	b.Run("gRPC", func(b *testing.B) {
-		runClients(b, func(ctx context.Context, _, i int) error {
+		runClients(b, f.meter, func(ctx context.Context, _, i int) error {
 			name := fmt.Sprintf("teams/get-%07d", i%teams+1)
 			t, err := f.env.Teams.GetTeam(f.rpc, &pb.GetTeamRequest{Name: name})
 			if err == nil && t.GetName() != name {
@@ -626,7 +788,7 @@ func BenchmarkGet(b *testing.B) {
 		if err := createQueues(); err != nil {
 			b.Fatalf("create queues: %v", err)
 		}
-		runClients(b, func(ctx context.Context, _, i int) error {
+		runClients(b, k.meter, func(ctx context.Context, _, i int) error {
 			name := fmt.Sprintf("get-q-%04d", i%queues)
 			q, err := k.dyn.Get(ctx, name, metav1.GetOptions{})
 			if err == nil && q.GetName() != name {
@@ -684,7 +846,7 @@ func BenchmarkListPage(b *testing.B) {
 				}
 				wantFirst := fmt.Sprintf("teams/t-%07d", pos.after+1)
 				b.Run(pos.name, func(b *testing.B) {
-					runClients(b, func(ctx context.Context, _, _ int) error {
+					runClients(b, f.meter, func(ctx context.Context, _, _ int) error {
 						var page listJSON
 						if err := f.do(ctx, "GET", path, nil, &page); err != nil {
 							return err

@@ -165,9 +165,27 @@ func (c *cli) describe(err error) string {
 	case codes.DeadlineExceeded:
 		return fmt.Sprintf("Error: the gpuplane API at %s did not answer within %s", c.server, c.timeout)
 	}
-	b.WriteString("Error: " + e.Message)
+	// The server appends the field violations to the message; show them
+	// on lines of their own instead.
+	msg := e.Message
+	if len(e.Violations) > 0 {
+		parts := make([]string, len(e.Violations))
+		for i, v := range e.Violations {
+			parts[i] = v.Field + ": " + v.Description
+		}
+		joined := strings.Join(parts, "; ")
+		if m, ok := strings.CutSuffix(msg, ": "+joined); ok {
+			msg = m
+		} else if msg == joined {
+			msg = "invalid request"
+		}
+	}
+	b.WriteString("Error: " + msg)
 	if e.Reason != "" {
 		fmt.Fprintf(&b, " [%s]", e.Reason)
+	}
+	for _, v := range e.Violations {
+		fmt.Fprintf(&b, "\n  %s: %s", v.Field, v.Description)
 	}
 	if e.Code == codes.Unauthenticated {
 		fmt.Fprintf(&b, "\nLog in again: gpuplanectl login --server %s", c.server)
@@ -185,8 +203,8 @@ func (c *cli) newRoot() *cobra.Command {
   gpuplanectl get teams                              # what you can see
   gpuplanectl request vcluster ml-dev --gpu 1 --wait # ask for a virtual cluster, watch it come up
   gpuplanectl kubeconfig ml-dev --merge              # use it with kubectl`,
-		SilenceUsage:      true,
-		SilenceErrors:     true,
+		SilenceUsage:  true,
+		SilenceErrors: true,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usagef("unknown command %q", args[0])

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
@@ -318,7 +320,7 @@ func conditionMark(cond *pb.Condition, phase pb.VirtualClusterStatus_Phase) stri
 func progressLine(vc *pb.VirtualCluster) string {
 	st := vc.GetStatus()
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-16s", st.GetPhase().String())
+	b.WriteString(st.GetPhase().String() + " ")
 	if st.GetPhase() == pb.VirtualClusterStatus_PENDING_APPROVAL {
 		b.WriteString(" waiting for approval")
 	}
@@ -338,12 +340,20 @@ func (c *cli) waitReady(ctx context.Context, api *client.Client, vcName, reqName
 	last := ""
 	var vc *pb.VirtualCluster
 	for {
-		var err error
 		cctx, ccancel := c.call(ctx)
-		vc, err = api.VirtualClusters.GetVirtualCluster(cctx, &pb.GetVirtualClusterRequest{Name: vcName})
+		got, err := api.VirtualClusters.GetVirtualCluster(cctx, &pb.GetVirtualClusterRequest{Name: vcName})
 		ccancel()
-		if err != nil && ctx.Err() == nil {
-			return err
+		if err == nil {
+			vc = got
+		}
+		if err != nil {
+			// gRPC may report the overall deadline a moment before ctx does.
+			if dl, ok := ctx.Deadline(); ok && status.Code(err) == codes.DeadlineExceeded && time.Until(dl) < 100*time.Millisecond {
+				<-ctx.Done()
+			}
+			if ctx.Err() == nil {
+				return err
+			}
 		}
 		if err == nil {
 			if line := progressLine(vc); line != last {

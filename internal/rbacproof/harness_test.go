@@ -3,9 +3,16 @@ package rbacproof
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"os"
 	"regexp"
@@ -42,6 +49,7 @@ var shared struct {
 	admin *rest.Config
 	kube  kubernetes.Interface
 	chart string // vCluster chart directory
+	caPEM []byte // a CA certificate: the OIDC issuer's private CA, and vCluster's
 	err   error
 }
 
@@ -62,6 +70,9 @@ func env(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		if shared.chart, shared.err = hostcluster.VClusterChartDir(ctx); shared.err != nil {
+			return
+		}
+		if shared.caPEM, shared.err = selfSignedCA(); shared.err != nil {
 			return
 		}
 		if shared.env, shared.err = envtestenv.Start(ctx, envtestenv.Options{}); shared.err != nil {
@@ -355,6 +366,28 @@ func (id *identity) allowed(t *testing.T, ctx context.Context, p perm, ns string
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// selfSignedCA is a throwaway CA certificate in PEM.
+func selfSignedCA() ([]byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "rbacproof test CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}
 
 // denials records every 403 the API server answers one identity with, and
 // reads the RBAC ones back as permissions.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,11 +38,23 @@ func virtualCluster(name, tier string) hostcluster.VirtualCluster {
 	}
 }
 
+// hostClient is the host cluster client as gpuplane builds it in production
+// (internal/app newHostClient): OIDC for the virtual API servers, with a
+// private CA, so the release also carries the CA ConfigMap.
 func hostClient(t *testing.T, cfg *rest.Config) *hostcluster.Client {
 	t.Helper()
+	oidc := hostcluster.OIDCSettings{
+		IssuerURL: "https://login.example.com/realms/main", ClientID: "gpuplane",
+		UsernameClaim: "email", UsernamePrefix: "oidc:", GroupsClaim: "groups", GroupsPrefix: "oidc:",
+		CACertPEM: shared.caPEM,
+	}
+	if err := oidc.Validate(); err != nil {
+		t.Fatal(err)
+	}
 	c, err := hostcluster.New(cfg, hostcluster.Options{Settings: hostcluster.Settings{
 		Chart:             hostcluster.ChartSource{Dir: shared.chart},
 		IngressNamespaces: []string{"gpuplane-system"},
+		OIDC:              oidc,
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +102,12 @@ func workerLifecycle(ctx context.Context, host *hostcluster.Client, vc hostclust
 	if strict && !o.Ready() {
 		return fmt.Errorf("create: not ready after the control plane came up: %+v", o)
 	}
+	if strict {
+		// Production settings: the release carries the OIDC CA ConfigMap.
+		if _, err := shared.kube.CoreV1().ConfigMaps(sts.Namespace).Get(ctx, hostcluster.OIDCCAConfigMapName, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("create: OIDC CA ConfigMap: %w", err)
+		}
+	}
 
 	vc.Generation++
 	vc.Leaf.Quota.GPUCenti, vc.Leaf.Limit.GPUCenti = 300, 600
@@ -114,8 +133,11 @@ func workerLifecycle(ctx context.Context, host *hostcluster.Client, vc hostclust
 }
 
 // serverLifecycle is what the API server does on the host cluster: read
-// node capacity.
-func serverLifecycle(ctx context.Context, host *hostcluster.Client) error {
+// node capacity, and for GetVirtualClusterKubeconfig the virtual cluster's
+// CA and (break glass) admin kubeconfig, which vCluster publishes in a
+// Secret. The Secret is written by the admin (vCluster's part, see
+// publishKubeconfig) beforehand.
+func serverLifecycle(ctx context.Context, host *hostcluster.Client, vcName string) error {
 	pools, err := host.Capacity(ctx)
 	if err != nil {
 		return fmt.Errorf("capacity: %w", err)
@@ -123,7 +145,38 @@ func serverLifecycle(ctx context.Context, host *hostcluster.Client) error {
 	if len(pools) == 0 {
 		return errors.New("capacity: no pools")
 	}
+	ca, err := host.VirtualClusterCA(ctx, vcName)
+	if err != nil {
+		return fmt.Errorf("kubeconfig CA: %w", err)
+	}
+	if len(ca) == 0 {
+		return errors.New("kubeconfig CA: empty")
+	}
+	if _, err := host.AdminKubeconfig(ctx, vcName); err != nil {
+		return fmt.Errorf("break-glass kubeconfig: %w", err)
+	}
 	return nil
+}
+
+// publishKubeconfig writes what vCluster writes once its control plane is up:
+// Secret vc-<name> in namespace vc-<name> with the admin kubeconfig and CA.
+func publishKubeconfig(t *testing.T, ctx context.Context, vcName string) {
+	t.Helper()
+	ns := hostcluster.NamespaceName(vcName)
+	if _, err := shared.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	kubeconfig := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: %[1]s\n  cluster:\n    server: https://%[1]s.%[2]s.svc\n", vcName, ns)
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: hostcluster.KubeconfigSecretName(vcName), Namespace: ns},
+		Data: map[string][]byte{
+			hostcluster.KubeconfigSecretConfigKey: []byte(kubeconfig),
+			hostcluster.KubeconfigSecretCAKey:     shared.caPEM,
+		},
+	}
+	if _, err := shared.kube.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 }
 
 // assertGone checks, as admin, that Delete left nothing cluster-scoped
@@ -209,7 +262,8 @@ func TestChartRolesSuffice(t *testing.T) {
 			spec.Rules = append(spec.Rules, r.Rules)
 		}
 		id := newIdentity(t, ctx, g.Namespace, g.ServiceAccount, spec)
-		if err := serverLifecycle(ctx, hostClient(t, id.config)); err != nil {
+		publishKubeconfig(t, ctx, "served")
+		if err := serverLifecycle(ctx, hostClient(t, id.config), "served"); err != nil {
 			t.Fatal(err)
 		}
 		if perms, msgs := id.denied.RBAC(); len(perms) > 0 {
@@ -221,7 +275,8 @@ func TestChartRolesSuffice(t *testing.T) {
 		// The control: the authorizer really is RBAC, and an unbound
 		// ServiceAccount cannot do the job.
 		id := newIdentity(t, ctx, "rbacproof-control", "nobody", grantSpec{})
-		err := serverLifecycle(ctx, hostClient(t, id.config))
+		publishKubeconfig(t, ctx, "served")
+		err := serverLifecycle(ctx, hostClient(t, id.config), "served")
 		if !apierrors.IsForbidden(err) {
 			t.Fatalf("capacity without a grant: %v, want Forbidden", err)
 		}
@@ -258,8 +313,11 @@ func TestEveryPermissionIsNeeded(t *testing.T) {
 		{"worker", func(ctx context.Context, host *hostcluster.Client, i int) error {
 			return workerLifecycle(ctx, host, virtualCluster(fmt.Sprintf("minus-%d", i), hostcluster.TierDedicated), false)
 		}},
-		{"server", func(ctx context.Context, host *hostcluster.Client, _ int) error { return serverLifecycle(ctx, host) }},
+		{"server", func(ctx context.Context, host *hostcluster.Client, _ int) error {
+			return serverLifecycle(ctx, host, "served")
+		}},
 	}
+	publishKubeconfig(t, ctx, "served")
 	n := 0
 	for _, c := range components {
 		g := grants[c.name]

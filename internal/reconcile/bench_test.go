@@ -41,7 +41,7 @@ import (
 
 // benchSpec is a small CPU-only virtual cluster of team-a: a hundred fit in
 // its quota.
-func benchSpec() *pb.VirtualClusterSpec { return vcSpec("0", 100, gi) }
+func benchSpec() *pb.VirtualClusterSpec { return vcSpec("0", 10, 0) }
 
 // benchWorker is the worker as deployed (Poll and Lease defaults) with
 // concurrency 8.
@@ -147,7 +147,7 @@ func BenchmarkHelmInstall(b *testing.B) {
 	install := func(i int, timed bool) {
 		vc := hostcluster.VirtualCluster{
 			Name: fmt.Sprintf("helm-%03d", i), Team: "team-a", Department: "research", Tier: hostcluster.TierShared,
-			Leaf:              hostcluster.QueueSpec{Quota: hostcluster.Quantities{CPUMillis: 100, MemoryBytes: gi}, OverQuotaWeight: 1, Priority: 100},
+			Leaf:              hostcluster.QueueSpec{Quota: hostcluster.Quantities{CPUMillis: 10}, OverQuotaWeight: 1, Priority: 100},
 			KubernetesVersion: "v1.31.1", ChartVersion: "0.20.0", Generation: 1,
 		}
 		ns := hostcluster.NamespaceName(vc.Name)

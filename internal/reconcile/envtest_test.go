@@ -827,3 +827,23 @@ func TestHostOutageDuringResync(t *testing.T) {
 	h.waitVC(t, id, 30*time.Second, "READY again", readyAt)
 	stop()
 }
+
+// A worker whose slots are all busy claims the next item as soon as a slot
+// frees up, not at its next poll tick (Poll is 1s by default; with many
+// approvals queued, each slot would otherwise idle after every reconcile).
+func TestBusyWorkerClaimsWhenASlotFrees(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	ids := []string{"q-1", "q-2", "q-3", "q-4"}
+	for _, id := range ids {
+		h.createVC(t, "team-a", id, vcSpec("0", 10, 0))
+	}
+	cfg := workerConfig("single")
+	cfg.Concurrency, cfg.Poll = 1, time.Minute
+	start := time.Now()
+	stop := h.start(t, h.worker(nil, cfg))
+	for _, id := range ids {
+		h.waitVC(t, id, 45*time.Second, "applied", applied)
+	}
+	stop()
+	t.Logf("%d virtual clusters applied one at a time in %s (Poll %s)", len(ids), time.Since(start).Round(time.Millisecond), cfg.Poll)
+}

@@ -127,6 +127,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() { defer wg.Done(); w.resyncLoop(ctx) }()
 	sem := make(chan struct{}, w.cfg.Concurrency)
+	// freed wakes the loop when a slot frees up, so a busy worker claims the
+	// next item at once instead of idling the slot until the next tick.
+	freed := make(chan struct{}, 1)
 	ticker := time.NewTicker(w.cfg.Poll)
 	defer ticker.Stop()
 	for ctx.Err() == nil {
@@ -140,7 +143,13 @@ func (w *Worker) Run(ctx context.Context) error {
 			wg.Add(1)
 			go func(c claim) {
 				defer wg.Done()
-				defer func() { <-sem }()
+				defer func() {
+					<-sem
+					select {
+					case freed <- struct{}{}:
+					default:
+					}
+				}()
 				w.process(ctx, c)
 			}(c)
 		}
@@ -150,6 +159,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 		case <-ticker.C:
+		case <-freed: // one claim per finished reconcile: no busy loop
 		}
 	}
 	wg.Wait()

@@ -202,7 +202,6 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"gpuplane_team_quota", map[string]string{"team": "team-a", "resource": "cpu"}, 32},
 		{"gpuplane_team_quota", map[string]string{"team": "team-a", "resource": "memory"}, 256 << 30},
 		{"gpuplane_team_allocated", map[string]string{"team": "team-a", "resource": "gpu"}, 0},
-		{"gpuplane_requests", map[string]string{"state": "APPROVED"}, 1},
 		{"gpuplane_requests", map[string]string{"state": "PENDING"}, 0},
 		{"gpuplane_virtual_clusters", map[string]string{"phase": "PROVISIONING"}, 1},
 		{"gpuplane_grpc_server_handled_total", map[string]string{"method": "/gpuplane.v1.RequestService/ApproveRequest", "code": "OK"}, 1},
@@ -219,6 +218,13 @@ func TestMetricsEndpoint(t *testing.T) {
 		if !ok || got != c.want {
 			t.Errorf("%s%v = %v (present %v), want %v", c.metric, c.labels, got, ok, c.want)
 		}
+	}
+	// The request is APPROVED, or APPLIED once the worker saw the host
+	// reflect it.
+	approved, _ := value(mfs["gpuplane_requests"], map[string]string{"state": "APPROVED"})
+	applied, _ := value(mfs["gpuplane_requests"], map[string]string{"state": "APPLIED"})
+	if approved+applied != 1 {
+		t.Errorf("gpuplane_requests: APPROVED %v + APPLIED %v, want 1", approved, applied)
 	}
 	if n, ok := value(mfs["gpuplane_reconcile_step_duration_seconds"], map[string]string{"step": "apply"}); !ok || n < 1 {
 		t.Errorf("no apply step recorded")

@@ -118,6 +118,51 @@ seccompProfile:
 {{- end -}}
 
 {{/*
+OIDC settings besides the claims (which are in the ConfigMap): the API
+server verifies tokens with them, the worker configures virtual API
+servers with them.
+*/}}
+{{- define "gpuplane.oidcEnv" -}}
+{{- $oidc := .Values.oidc -}}
+{{- with include "gpuplane.valueOrSecret" (dict "env" "GPUPLANE_OIDC_ISSUER_URL" "value" $oidc.issuerURL "secret" $oidc.existingSecret "key" $oidc.issuerURLKey) | trim }}
+{{ . }}
+{{- end }}
+{{- with include "gpuplane.valueOrSecret" (dict "env" "GPUPLANE_OIDC_CLIENT_ID" "value" $oidc.clientID "secret" $oidc.existingSecret "key" $oidc.clientIDKey) | trim }}
+{{ . }}
+{{- end }}
+{{- if or $oidc.caBundle.configMap $oidc.caBundle.secret }}
+- name: GPUPLANE_OIDC_CA_FILE
+  value: /etc/gpuplane/oidc-ca/{{ $oidc.caBundle.key }}
+{{- end }}
+{{- end -}}
+{{- define "gpuplane.oidcVolumeMount" -}}
+{{- $ca := .Values.oidc.caBundle -}}
+{{- if or $ca.configMap $ca.secret }}
+- name: oidc-ca
+  mountPath: /etc/gpuplane/oidc-ca
+  readOnly: true
+{{- end }}
+{{- end -}}
+{{- define "gpuplane.oidcVolume" -}}
+{{- $ca := .Values.oidc.caBundle -}}
+{{- if $ca.configMap }}
+- name: oidc-ca
+  configMap:
+    name: {{ $ca.configMap }}
+    items:
+      - key: {{ $ca.key }}
+        path: {{ $ca.key }}
+{{- else if $ca.secret }}
+- name: oidc-ca
+  secret:
+    secretName: {{ $ca.secret }}
+    items:
+      - key: {{ $ca.key }}
+        path: {{ $ca.key }}
+{{- end }}
+{{- end -}}
+
+{{/*
 Host cluster access: in-cluster by default; with a kubeconfig Secret,
 KUBECONFIG points at the mounted file.
 */}}
