@@ -24,11 +24,14 @@ package app_test
 // ops/s, and p50_ms / p99_ms of the per-request latencies at 16 clients.
 //
 // Sub-benchmarks whose names are not in the bar are diagnostics that split
-// the REST cost: gRPC skips the gateway and its JSON; REST_16depts spreads
-// creates over 16 departments so that the department row lock CreateTeam
-// takes does not serialise them; REST_dept10k creates into a department that
-// already has 10,000 teams; RawPgxTx replays CreateTeam's SQL with raw pgx,
-// without any server code.
+// the REST cost. CreateTeam locks the department row and, under that lock,
+// sums the quotas of all the department's teams, so its cost depends on
+// contention and on the department's size: REST creates b.N teams into one
+// new department; REST_dept100 has the same contention but departments of at
+// most 100 teams; REST_16depts gives each client its own department (no lock
+// contention); REST_dept10k creates into a department that already has
+// 10,000 teams. gRPC skips the gateway and its JSON. RawPgxTx replays
+// CreateTeam's SQL with raw pgx, without any server code.
 //
 // The machine's load (other builds, tests) moves every number; compare
 // ratios from the same run, and run more than once (-count).
@@ -628,11 +631,8 @@ func (k *kubeFixture) createQueue(ctx context.Context, name string) error {
 
 // BenchmarkCreate: one new object per operation, 16 clients.
 //
-// CreateTeam locks the department row and sums the quotas of the
-// department's teams inside its transaction, so its cost depends on how many
-// teams the department already has. Each run (each b.N) therefore creates
-// into a fresh, empty department; REST_dept10k measures a department that
-// already holds 10,000 teams.
+// Each run (each b.N) creates into fresh, empty departments, so results do
+// not depend on what earlier runs left behind.
 func BenchmarkCreate(b *testing.B) {
 	f := startApp(b)
 	f.createDepartment(b, "bench-raw")
@@ -671,6 +671,20 @@ func BenchmarkCreate(b *testing.B) {
 		}
 		runClients(b, f.meter, func(ctx context.Context, c, _ int) error {
 			return f.restCreateTeam(ctx, depts[c], fmt.Sprintf("spread-%d", seq.Add(1)))
+		})
+	})
+
+	// REST with the same single-department lock contention as REST, but no
+	// department ever holds more than 100 teams (a new department every 100
+	// creates): diagnostic. REST's department grows to b.N teams, and
+	// CreateTeam sums all of them under the lock.
+	b.Run("REST_dept100", func(b *testing.B) {
+		depts := make([]string, b.N/100+1)
+		for i := range depts {
+			depts[i] = f.freshDepartment(b)
+		}
+		runClients(b, f.meter, func(ctx context.Context, _, i int) error {
+			return f.restCreateTeam(ctx, depts[i/100], fmt.Sprintf("small-%d", seq.Add(1)))
 		})
 	})
 

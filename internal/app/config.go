@@ -19,7 +19,10 @@ import (
 // flags win over the environment.
 type Config struct {
 	GRPCAddr string `flag:"grpc-addr" help:"gRPC listen address"`
-	HTTPAddr string `flag:"http-addr" help:"HTTP (REST gateway, health, metrics, OpenAPI) listen address"`
+	// PublicAPIAddress is how users reach the gRPC API (behind a load
+	// balancer or ingress); it goes into the kubeconfigs' credential plugin.
+	PublicAPIAddress string `flag:"public-api-address" help:"gRPC address users reach (host:port), written into virtual-cluster kubeconfigs; default: the listen address on localhost"`
+	HTTPAddr         string `flag:"http-addr" help:"HTTP (REST gateway, health, metrics, OpenAPI) listen address"`
 
 	DatabaseURL      string `flag:"database-url" env:"DATABASE_URL" secret:"true" help:"PostgreSQL URL (postgres://user:pass@host/db)"`
 	DatabaseMaxConns int    `flag:"database-max-conns" help:"PostgreSQL pool size"`

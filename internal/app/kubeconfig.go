@@ -10,7 +10,11 @@ func (a *App) wireKubeconfig() {
 		a.Approval.CAFetcher = a.Host.VirtualClusterCA
 		a.Approval.AdminKubeconfigFetcher = a.Host.AdminKubeconfig
 	}
-	a.Approval.APIEndpoint = dialableAddress(a.server.GRPCAddr())
+	a.Approval.APIEndpoint = a.cfg.PublicAPIAddress
+	if a.Approval.APIEndpoint == "" {
+		// Without a configured public address only local clients work.
+		a.Approval.APIEndpoint = dialableAddress(a.server.GRPCAddr())
+	}
 }
 
 // dialableAddress turns a listen address into one a client on this machine

@@ -2,10 +2,18 @@ package devenv
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,6 +23,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
 )
@@ -121,10 +131,26 @@ func MarkControlPlaneReady(ctx context.Context, kube kubernetes.Interface, sts *
 			return err
 		}
 	}
+	certPEM, keyPEM, err := simulatedCert()
+	if err != nil {
+		return err
+	}
+	server := fmt.Sprintf("https://%s.%s.svc", sts.Name, sts.Namespace)
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[sts.Name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: certPEM}
+	cfg.AuthInfos[sts.Name] = &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM}
+	cfg.Contexts[sts.Name] = &clientcmdapi.Context{Cluster: sts.Name, AuthInfo: sts.Name}
+	cfg.CurrentContext = sts.Name
+	kubeconfig, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return err
+	}
+	// The same keys vCluster writes: config, certificate-authority,
+	// client-certificate, client-key.
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: hostcluster.KubeconfigSecretName(sts.Name), Namespace: sts.Namespace},
 		Data: map[string][]byte{
-			"config": []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: %s\n  cluster:\n    server: https://%s.%s.svc\n", sts.Name, sts.Name, sts.Namespace)),
+			"config": kubeconfig, "certificate-authority": certPEM, "client-certificate": certPEM, "client-key": keyPEM,
 		},
 	}
 	if _, err := kube.CoreV1().Secrets(sts.Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -140,4 +166,42 @@ func DevStateDir() string {
 		dir = os.TempDir()
 	}
 	return filepath.Join(dir, "gpuplane", "dev")
+}
+
+var (
+	simOnce         sync.Once
+	simCert, simKey []byte
+	simErr          error
+)
+
+// simulatedCert is one self-signed certificate standing in for the CA and
+// admin client certificate a real vCluster would generate.
+func simulatedCert() ([]byte, []byte, error) {
+	simOnce.Do(func() {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			simErr = err
+			return
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gpuplane-dev-simulated-vcluster", Organization: []string{"system:masters"}},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(30 * 24 * time.Hour),
+			IsCA: true, BasicConstraintsValid: true,
+			KeyUsage:    x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			simErr = err
+			return
+		}
+		keyDER, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			simErr = err
+			return
+		}
+		simCert = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+		simKey = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	})
+	return simCert, simKey, simErr
 }
