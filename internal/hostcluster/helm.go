@@ -32,6 +32,7 @@ import (
 	"helm.sh/helm/v4/pkg/registry"
 	helmrelease "helm.sh/helm/v4/pkg/release"
 	rcommon "helm.sh/helm/v4/pkg/release/common"
+	releasev1 "helm.sh/helm/v4/pkg/release/v1"
 	"helm.sh/helm/v4/pkg/storage/driver"
 )
 
@@ -230,7 +231,12 @@ func (c *Client) EnsureRelease(ctx context.Context, vc VirtualCluster) (ReleaseR
 			return res, nil
 		}
 		if status.IsPending() {
-			return res, fmt.Errorf("hostcluster: release %s/%s is %s (revision %d): another Helm operation is running or was interrupted; it needs a rollback or uninstall by an operator", ns, name, status, res.Revision)
+			// The worker's lease makes it the only one operating on this
+			// release, so a pending release is an operation that was
+			// interrupted (a worker killed mid-install or mid-upgrade).
+			if last, status, err = c.recoverPending(cfg, last, status); err != nil {
+				return res, fmt.Errorf("hostcluster: release %s/%s was left %s by an interrupted operation and could not be recovered: %w", ns, name, status, err)
+			}
 		}
 	}
 
@@ -411,4 +417,34 @@ func newDiscovery(config *rest.Config) (discovery.CachedDiscoveryInterface, meta
 	cached := memory.NewMemCacheClient(dc)
 	mapper := restmapper.NewShortcutExpander(restmapper.NewDeferredDiscoveryRESTMapper(cached), cached, nil)
 	return cached, mapper, nil
+}
+
+// recoverPending finishes what an interrupted Helm operation left behind.
+// An interrupted first install is uninstalled, so it is installed again
+// from scratch (nothing in it is worth keeping: it never became ready). An
+// interrupted upgrade or rollback is marked failed, so the next upgrade
+// proceeds from the last deployed revision and keeps the virtual cluster's
+// data.
+func (c *Client) recoverPending(cfg *action.Configuration, last helmrelease.Releaser, status rcommon.Status) (helmrelease.Releaser, rcommon.Status, error) {
+	rel, ok := last.(*releasev1.Release)
+	if !ok {
+		return last, status, fmt.Errorf("unexpected release type %T", last)
+	}
+	if status == rcommon.StatusPendingInstall {
+		un := action.NewUninstall(cfg)
+		un.KeepHistory = false
+		un.WaitStrategy = kube.HookOnlyStrategy
+		un.DisableHooks = true
+		if _, err := un.Run(rel.Name); err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
+			return last, status, err
+		}
+		c.log.Warn("uninstalled a release left pending-install by an interrupted install", "release", rel.Name, "namespace", rel.Namespace)
+		return nil, "", nil
+	}
+	rel.SetStatus(rcommon.StatusFailed, "interrupted "+string(status)+"; marked failed by gpuplane to retry")
+	if err := cfg.Releases.Update(rel); err != nil {
+		return last, status, err
+	}
+	c.log.Warn("marked a release left "+string(status)+" by an interrupted operation as failed", "release", rel.Name, "namespace", rel.Namespace)
+	return rel, rcommon.StatusFailed, nil
 }

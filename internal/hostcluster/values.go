@@ -216,14 +216,18 @@ func (o OIDCSettings) APIServerArgs(caFile string) []string {
 }
 
 func resourceQuotaValues(leaf QueueSpec) map[string]any {
-	// nil removes a chart default (Helm drops null keys when merging).
+	// nil removes a chart default (Helm drops null keys when merging). Only
+	// keys the chart has defaults for may be nil: a null for any other key
+	// is rendered as-is and means zero (no GPU pod could ever run). The
+	// pod-count default (20) is removed too: the KAI queue is what bounds a
+	// tenant's workloads, not the number of pods.
 	q := map[string]any{
-		"requests.cpu":                  nil,
-		"requests.memory":               nil,
-		"requests." + NvidiaGPUResource: nil,
-		"limits.cpu":                    nil,
-		"limits.memory":                 nil,
-		"limits.ephemeral-storage":      nil,
+		"requests.cpu":             nil,
+		"requests.memory":          nil,
+		"limits.cpu":               nil,
+		"limits.memory":            nil,
+		"limits.ephemeral-storage": nil,
+		"count/pods":               nil,
 	}
 	if leaf.Limit == nil {
 		return q

@@ -2,6 +2,7 @@ package identity
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
@@ -70,6 +71,7 @@ type Verifier struct {
 	groupsClaim   string
 	algs          []string
 	verifier      *oidc.IDTokenVerifier
+	cache         verifiedCache
 }
 
 // NewVerifier discovers the issuer and returns a verifier. Discovery is
@@ -189,30 +191,51 @@ func (v *Verifier) Verify(ctx context.Context, rawToken string) (Principal, erro
 	if rawToken == "" {
 		return Principal{}, unauthenticated(nil, "missing bearer token")
 	}
+	key := sha256.Sum256([]byte(rawToken))
+	if p, ok := v.cache.get(key, time.Now()); ok {
+		return p, nil
+	}
+	p, expiry, err := v.verify(ctx, rawToken)
+	if err != nil {
+		return Principal{}, err
+	}
+	v.cache.put(key, p, expiry, time.Now())
+	return p, nil
+}
+
+func (v *Verifier) verify(ctx context.Context, rawToken string) (Principal, time.Time, error) {
+	p, tok, err := v.verifyToken(ctx, rawToken)
+	if err != nil {
+		return Principal{}, time.Time{}, err
+	}
+	return p, tok.Expiry, nil
+}
+
+func (v *Verifier) verifyToken(ctx context.Context, rawToken string) (Principal, *oidc.IDToken, error) {
 	tok, err := v.verifier.Verify(ctx, rawToken)
 	if err != nil {
-		return Principal{}, v.classify(rawToken, err)
+		return Principal{}, nil, v.classify(rawToken, err)
 	}
 	var claims map[string]any
 	if err := tok.Claims(&claims); err != nil {
-		return Principal{}, unauthenticated(err, "malformed token claims")
+		return Principal{}, nil, unauthenticated(err, "malformed token claims")
 	}
 	if tok.Subject == "" {
-		return Principal{}, unauthenticated(nil, "token has no sub claim")
+		return Principal{}, nil, unauthenticated(nil, "token has no sub claim")
 	}
 
 	username, err := stringClaim(claims, v.usernameClaim)
 	if err != nil {
-		return Principal{}, err
+		return Principal{}, nil, err
 	}
 	if v.usernameClaim == "email" {
 		if verified, present := claims["email_verified"]; present && !truthy(verified) {
-			return Principal{}, unauthenticated(nil, "token email is not verified")
+			return Principal{}, nil, unauthenticated(nil, "token email is not verified")
 		}
 	}
 	groups, err := groupsClaim(claims, v.groupsClaim)
 	if err != nil {
-		return Principal{}, err
+		return Principal{}, nil, err
 	}
 	email, _ := claims["email"].(string)
 	return Principal{
@@ -220,7 +243,7 @@ func (v *Verifier) Verify(ctx context.Context, rawToken string) (Principal, erro
 		Username: username,
 		Email:    email,
 		Groups:   groups,
-	}, nil
+	}, tok, nil
 }
 
 // classify maps go-oidc's errors, which are mostly untyped strings, onto
