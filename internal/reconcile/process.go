@@ -42,7 +42,9 @@ func (w *Worker) process(ctx context.Context, c claim) {
 	ctx, job := w.tel.startJob(ctx, c)
 	log := w.Log.With("virtual_cluster", c.vcID, "attempt", c.attempts)
 	start := time.Now()
+	stopRenewing := w.renewLease(ctx, c)
 	err := w.reconcile(ctx, &c)
+	stopRenewing()
 	defer job.end(ctx, w.outcome(ctx, c, err), err)
 	if ctx.Err() != nil {
 		// Shutting down (or killed in a test): the lease is released by Run,

@@ -134,7 +134,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer ticker.Stop()
 	for ctx.Err() == nil {
 		free := w.cfg.Concurrency - len(sem)
-		claims, err := w.claim(ctx, free)
+		claims, err := w.claimDue(ctx, free, nil)
 		if err != nil && ctx.Err() == nil {
 			w.Log.Warn("claiming work failed", "error", err)
 		}
@@ -169,10 +169,19 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // RunOnce processes everything due now and returns (tests, benchmarks).
+//
+// Only work due when it starts is taken: a virtual cluster put back to be
+// looked at again later (its control plane is still starting) waits for the
+// next RunOnce, so RunOnce returns even when a reconcile takes longer than
+// the poll interval.
 func (w *Worker) RunOnce(ctx context.Context) (int, error) {
+	var cutoff time.Time
+	if err := w.Pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&cutoff); err != nil {
+		return 0, err
+	}
 	n := 0
 	for {
-		claims, err := w.claim(ctx, w.cfg.Concurrency)
+		claims, err := w.claimDue(ctx, w.cfg.Concurrency, &cutoff)
 		if err != nil || len(claims) == 0 {
 			return n, err
 		}
@@ -186,7 +195,9 @@ func (w *Worker) RunOnce(ctx context.Context) (int, error) {
 	}
 }
 
-func (w *Worker) claim(ctx context.Context, n int) ([]claim, error) {
+// claimDue leases up to n due items; with a cutoff, only items due at or
+// before it.
+func (w *Worker) claimDue(ctx context.Context, n int, cutoff *time.Time) ([]claim, error) {
 	if n <= 0 {
 		return nil, nil
 	}
@@ -195,11 +206,11 @@ func (w *Worker) claim(ctx context.Context, n int) ([]claim, error) {
 		       attempts = w.attempts + 1
 		 WHERE w.virtual_cluster_id IN (
 		       SELECT virtual_cluster_id FROM reconcile_work
-		        WHERE run_after <= clock_timestamp()
+		        WHERE run_after <= COALESCE($4::timestamptz, clock_timestamp())
 		          AND (lease_expire_time IS NULL OR lease_expire_time < clock_timestamp())
 		        ORDER BY run_after
 		        LIMIT $3 FOR UPDATE SKIP LOCKED)
-		RETURNING w.virtual_cluster_id, w.attempts, w.enqueue_time, COALESCE(w.trace_parent, '')`, w.cfg.ID, w.cfg.Lease.String(), n)
+		RETURNING w.virtual_cluster_id, w.attempts, w.enqueue_time, COALESCE(w.trace_parent, '')`, w.cfg.ID, w.cfg.Lease.String(), n, cutoff)
 	if err != nil {
 		return nil, err
 	}
@@ -297,3 +308,29 @@ func truncate(s string, n int) string {
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// renewLease extends the claim while a reconcile runs (a Helm operation on
+// a slow cluster can outlast one lease), so no other worker starts the same
+// virtual cluster meanwhile. A worker that dies stops renewing and its
+// claim expires within one lease.
+func (w *Worker) renewLease(ctx context.Context, c claim) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(w.cfg.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if _, err := w.Pool.Exec(ctx, `UPDATE reconcile_work SET lease_expire_time = clock_timestamp() + $3::interval
+					WHERE virtual_cluster_id = $1 AND lease_owner = $2`, c.vcID, w.cfg.ID, w.cfg.Lease.String()); err != nil && ctx.Err() == nil {
+					w.Log.Warn("renewing a lease failed", "virtual_cluster", c.vcID, "error", err)
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
