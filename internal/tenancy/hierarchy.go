@@ -66,8 +66,14 @@ func (s *Service) ClusterNode(ctx context.Context, tx pgx.Tx, excludeDept string
 // DepartmentNode: capacity = budget, used = team quotas except excludeTeam.
 // The caller must hold LockDepartment.
 func DepartmentNode(ctx context.Context, tx pgx.Tx, dept string, budget quota.Resources, excludeTeam string) (quota.Node, error) {
-	used, err := sumRow(ctx, tx, `SELECT COALESCE(SUM(gpu_centi),0), COALESCE(SUM(cpu_millis),0), COALESCE(SUM(memory_bytes),0)
-		FROM teams WHERE department_id = $1 AND id <> $2`, dept, excludeTeam)
+	// assigned_* is kept by a trigger on teams (migration 3): one row read,
+	// whatever the size of the department.
+	used, err := sumRow(ctx, tx, `
+		SELECT d.assigned_gpu_centi - COALESCE(t.gpu_centi, 0),
+		       d.assigned_cpu_millis - COALESCE(t.cpu_millis, 0),
+		       d.assigned_memory_bytes - COALESCE(t.memory_bytes, 0)
+		  FROM departments d LEFT JOIN teams t ON t.id = $2 AND t.department_id = d.id
+		 WHERE d.id = $1`, dept, excludeTeam)
 	return quota.Node{Level: quota.LevelDepartment, Name: names.Department(dept), Capacity: budget, Used: used}, err
 }
 
@@ -82,8 +88,8 @@ func TeamNode(ctx context.Context, tx pgx.Tx, team string, teamQuota quota.Resou
 // ChildrenTotal sums what children of a level hold, to refuse shrinking a
 // parent below its children ("department budget below its teams' quotas").
 func ChildrenOfDepartment(ctx context.Context, tx pgx.Tx, dept string) (quota.Resources, error) {
-	return sumRow(ctx, tx, `SELECT COALESCE(SUM(gpu_centi),0), COALESCE(SUM(cpu_millis),0), COALESCE(SUM(memory_bytes),0)
-		FROM teams WHERE department_id = $1`, dept)
+	return sumRow(ctx, tx, `SELECT assigned_gpu_centi, assigned_cpu_millis, assigned_memory_bytes
+		FROM departments WHERE id = $1`, dept)
 }
 
 func ChildrenOfTeam(ctx context.Context, tx pgx.Tx, team string) (quota.Resources, error) {
