@@ -152,19 +152,19 @@ func (s *Service) approve(ctx context.Context, tx pgx.Tx, r *RequestRow, actor i
 	state := StateApproved
 	switch d.kind {
 	case pb.Request_CREATE_VIRTUAL_CLUSTER.String():
-		gen, err := s.moveVirtualCluster(ctx, tx, actor, d.vcID, PhaseProvisioning, false, nil, nil)
+		gen, err := s.moveVirtualCluster(ctx, tx, actor, team.Department, d.vcID, PhaseProvisioning, false, nil, nil)
 		if err != nil {
 			return err
 		}
 		target = &gen
 	case pb.Request_CHANGE_VIRTUAL_CLUSTER_QUOTA.String():
-		gen, err := s.moveVirtualCluster(ctx, tx, actor, d.vcID, PhaseProvisioning, true, &d.quota, d.limit)
+		gen, err := s.moveVirtualCluster(ctx, tx, actor, team.Department, d.vcID, PhaseProvisioning, true, &d.quota, d.limit)
 		if err != nil {
 			return err
 		}
 		target = &gen
 	case pb.Request_DELETE_VIRTUAL_CLUSTER.String():
-		gen, err := s.moveVirtualCluster(ctx, tx, actor, d.vcID, PhaseDeleting, true, nil, nil)
+		gen, err := s.moveVirtualCluster(ctx, tx, actor, team.Department, d.vcID, PhaseDeleting, true, nil, nil)
 		if err != nil {
 			return err
 		}
@@ -187,7 +187,7 @@ func (s *Service) approve(ctx context.Context, tx pgx.Tx, r *RequestRow, actor i
 		}
 		// The team's parent queue is re-applied through its virtual
 		// clusters' reconciles; the database change is the decision.
-		if err := tenancy.EnqueueTeamVirtualClusters(ctx, tx, team.ID); err != nil {
+		if err := workqueue.EnqueueTeam(ctx, tx, team.ID); err != nil {
 			return err
 		}
 		state = StateApplied
@@ -224,7 +224,7 @@ func (s *Service) approve(ctx context.Context, tx pgx.Tx, r *RequestRow, actor i
 // moveVirtualCluster changes phase (and quota), bumps the generation when
 // the desired state changed, and enqueues reconcile work. It returns the
 // generation the host must reach.
-func (s *Service) moveVirtualCluster(ctx context.Context, tx pgx.Tx, actor identity.Principal, id, phase string, bump bool, q, limit *quota.Resources) (int64, error) {
+func (s *Service) moveVirtualCluster(ctx context.Context, tx pgx.Tx, actor identity.Principal, dept, id, phase string, bump bool, q, limit *quota.Resources) (int64, error) {
 	vc, err := GetVirtualClusterRow(ctx, tx, id, true)
 	if err != nil {
 		return 0, err
@@ -260,8 +260,6 @@ func (s *Service) moveVirtualCluster(ctx context.Context, tx pgx.Tx, actor ident
 	if err := workqueue.Enqueue(ctx, tx, id); err != nil {
 		return 0, err
 	}
-	dept := ""
-	_ = tx.QueryRow(ctx, `SELECT department_id FROM teams WHERE id = $1`, vc.Team).Scan(&dept)
 	return row.Generation, audit.Record(ctx, tx, audit.Event{
 		Actor: actor, Action: "UpdateVirtualCluster", Resource: vc.Name(), CorrelationID: s.Tenancy.CorrelationID(ctx),
 		Department: dept, Team: vc.Team, Before: before, After: row.Proto(),
@@ -374,7 +372,7 @@ func (s *Requests) CheckFit(ctx context.Context, req *pb.CheckFitRequest) (*pb.F
 		}
 		d = desiredFromRow(r)
 	case req.GetRequest() != nil:
-		if team, err = s.Tenancy.ReadableTeam(ctx, "request.team", req.GetRequest().GetTeam()); err != nil {
+		if team, _, err = s.Tenancy.ReadableTeam(ctx, "request.team", req.GetRequest().GetTeam()); err != nil {
 			return nil, err
 		}
 		if !a.CanRequest(team.ID, team.Department) {

@@ -87,7 +87,7 @@ func (s *Policies) ListApprovalPolicies(ctx context.Context, req *pb.ListApprova
 	if err != nil {
 		return nil, err
 	}
-	size, err := store.PageSize(req.GetPageSize())
+	q, err := store.NewList(req.GetPageSize(), "", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -96,22 +96,16 @@ func (s *Policies) ListApprovalPolicies(ctx context.Context, req *pb.ListApprova
 		return resp, nil
 	}
 	var after int64
-	if req.GetPageToken() != "" {
-		if err := store.DecodePageToken(req.GetPageToken(), "policies", &after); err != nil {
-			return nil, err
-		}
+	if err := store.DecodePageToken(req.GetPageToken(), "policies", &after); err != nil {
+		return nil, err
 	}
-	rows, err := s.Tenancy.Pool.Query(ctx, `SELECT `+policyColumns+` FROM approval_policies WHERE seq > $1 ORDER BY seq LIMIT $2`, after, size+1)
-	if err != nil {
-		return nil, store.Classify(err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (policyRow, error) { return scanPolicy(r) })
+	q.Where("seq > " + q.Arg(after))
+	list, more, err := store.FetchPage(ctx, s.Tenancy.Pool, q, `SELECT `+policyColumns+` FROM approval_policies`, "seq", scanPolicy)
 	if err != nil {
 		return nil, err
 	}
-	if len(list) > size {
-		list = list[:size]
-		resp.NextPageToken = store.EncodePageToken("policies", list[size-1].Seq)
+	if more {
+		resp.NextPageToken = store.EncodePageToken("policies", list[len(list)-1].Seq)
 	}
 	for _, p := range list {
 		resp.ApprovalPolicies = append(resp.ApprovalPolicies, p.proto())

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"strconv"
 	"strings"
 	"time"
 
@@ -365,11 +364,7 @@ func (s *Requests) CreateRequest(ctx context.Context, req *pb.CreateRequestReque
 	if r == nil {
 		return nil, errs.InvalidField("request", "required")
 	}
-	team, err := s.Tenancy.ReadableTeam(ctx, "request.team", r.GetTeam())
-	if err != nil {
-		return nil, err
-	}
-	a, err := s.Tenancy.Access(ctx)
+	team, a, err := s.Tenancy.ReadableTeam(ctx, "request.team", r.GetTeam())
 	if err != nil {
 		return nil, err
 	}
@@ -493,41 +488,26 @@ func (s *Requests) ListRequests(ctx context.Context, req *pb.ListRequestsRequest
 	if err != nil {
 		return nil, err
 	}
-	size, err := store.PageSize(req.GetPageSize())
-	if err != nil {
-		return nil, err
-	}
-	where, args, err := filter.Compile(req.GetFilter(), requestFilter, 1)
+	q, err := store.NewList(req.GetPageSize(), req.GetFilter(), requestFilter)
 	if err != nil {
 		return nil, err
 	}
 	scope := "requests|" + req.GetFilter()
 	var before int64 = 1<<63 - 1
-	if req.GetPageToken() != "" {
-		if err := store.DecodePageToken(req.GetPageToken(), scope, &before); err != nil {
-			return nil, err
-		}
+	if err := store.DecodePageToken(req.GetPageToken(), scope, &before); err != nil {
+		return nil, err
 	}
-	args = append(args, before)
-	sql := `SELECT ` + requestColumns + ` FROM requests WHERE (` + where + `) AND seq < $` + strconv.Itoa(len(args))
+	q.Where("seq < " + q.Arg(before))
 	if !a.PlatformAdmin {
-		args = append(args, a.ReadableTeams(), a.AdminDepartments())
-		sql += ` AND (team_id = ANY($` + strconv.Itoa(len(args)-1) + `) OR department_id = ANY($` + strconv.Itoa(len(args)) + `))`
+		q.Where("team_id = ANY(" + q.Arg(a.ReadableTeams()) + ") OR department_id = ANY(" + q.Arg(a.AdminDepartments()) + ")")
 	}
-	args = append(args, size+1)
-	sql += ` ORDER BY seq DESC LIMIT $` + strconv.Itoa(len(args))
-	rows, err := s.Tenancy.Pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, store.Classify(err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (RequestRow, error) { return scanRequest(r) })
+	list, more, err := store.FetchPage(ctx, s.Tenancy.Pool, q, `SELECT `+requestColumns+` FROM requests`, "seq DESC", scanRequest)
 	if err != nil {
 		return nil, err
 	}
 	resp := &pb.ListRequestsResponse{}
-	if len(list) > size {
-		list = list[:size]
-		resp.NextPageToken = store.EncodePageToken(scope, list[size-1].Seq)
+	if more {
+		resp.NextPageToken = store.EncodePageToken(scope, list[len(list)-1].Seq)
 	}
 	for _, r := range list {
 		resp.Requests = append(resp.Requests, r.Proto())

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -162,7 +161,7 @@ func (s *VirtualClusters) GetVirtualCluster(ctx context.Context, req *pb.GetVirt
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.Tenancy.ReadableTeam(ctx, "name", names.Team(teamID)); err != nil {
+	if _, _, err := s.Tenancy.ReadableTeam(ctx, "name", names.Team(teamID)); err != nil {
 		if errs.KindOf(err) == errs.KindNotFound {
 			return nil, errs.NotFound(req.GetName())
 		}
@@ -182,54 +181,38 @@ var vcFilter = filter.Schema{
 }
 
 func (s *VirtualClusters) ListVirtualClusters(ctx context.Context, req *pb.ListVirtualClustersRequest) (*pb.ListVirtualClustersResponse, error) {
-	a, err := s.Tenancy.Access(ctx)
-	if err != nil {
-		return nil, err
-	}
-	size, err := store.PageSize(req.GetPageSize())
-	if err != nil {
-		return nil, err
-	}
-	where, args, err := filter.Compile(req.GetFilter(), vcFilter, 1)
+	q, err := store.NewList(req.GetPageSize(), req.GetFilter(), vcFilter)
 	if err != nil {
 		return nil, err
 	}
 	scope := "vcs|" + req.GetParent() + "|" + req.GetFilter()
 	var after string
-	if req.GetPageToken() != "" {
-		if err := store.DecodePageToken(req.GetPageToken(), scope, &after); err != nil {
-			return nil, err
-		}
+	if err := store.DecodePageToken(req.GetPageToken(), scope, &after); err != nil {
+		return nil, err
 	}
-	args = append(args, after)
-	sql := `SELECT ` + VirtualClusterColumns + ` FROM virtual_clusters v WHERE (` + where + `) AND id > $` + strconv.Itoa(len(args))
+	q.Where("id > " + q.Arg(after))
 	if req.GetParent() == "teams/-" {
-		if !a.PlatformAdmin {
-			args = append(args, a.ReadableTeams(), a.AdminDepartments())
-			sql += ` AND (team_id = ANY($` + strconv.Itoa(len(args)-1) + `) OR team_id IN (SELECT id FROM teams WHERE department_id = ANY($` + strconv.Itoa(len(args)) + `)))`
-		}
-	} else {
-		t, err := s.Tenancy.ReadableTeam(ctx, "parent", req.GetParent())
+		a, err := s.Tenancy.Access(ctx)
 		if err != nil {
 			return nil, err
 		}
-		args = append(args, t.ID)
-		sql += ` AND team_id = $` + strconv.Itoa(len(args))
+		if !a.PlatformAdmin {
+			q.Where("team_id = ANY(" + q.Arg(a.ReadableTeams()) + ") OR team_id IN (SELECT id FROM teams WHERE department_id = ANY(" + q.Arg(a.AdminDepartments()) + "))")
+		}
+	} else {
+		t, _, err := s.Tenancy.ReadableTeam(ctx, "parent", req.GetParent())
+		if err != nil {
+			return nil, err
+		}
+		q.Where("team_id = " + q.Arg(t.ID))
 	}
-	args = append(args, size+1)
-	sql += ` ORDER BY id LIMIT $` + strconv.Itoa(len(args))
-	rows, err := s.Tenancy.Pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, store.Classify(err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (VirtualClusterRow, error) { return ScanVirtualCluster(r) })
+	list, more, err := store.FetchPage(ctx, s.Tenancy.Pool, q, `SELECT `+VirtualClusterColumns+` FROM virtual_clusters`, "id", ScanVirtualCluster)
 	if err != nil {
 		return nil, err
 	}
 	resp := &pb.ListVirtualClustersResponse{}
-	if len(list) > size {
-		list = list[:size]
-		resp.NextPageToken = store.EncodePageToken(scope, list[size-1].ID)
+	if more {
+		resp.NextPageToken = store.EncodePageToken(scope, list[len(list)-1].ID)
 	}
 	for _, v := range list {
 		resp.VirtualClusters = append(resp.VirtualClusters, v.Proto())

@@ -42,57 +42,27 @@ func (r *Reader) ListAuditEvents(ctx context.Context, req *pb.ListAuditEventsReq
 	if err != nil {
 		return nil, err
 	}
-	size, err := store.PageSize(req.GetPageSize())
-	if err != nil {
-		return nil, err
-	}
-	where, args, err := filter.Compile(req.GetFilter(), eventFilter, 1)
+	q, err := store.NewList(req.GetPageSize(), req.GetFilter(), eventFilter)
 	if err != nil {
 		return nil, err
 	}
 	scope := "audit|" + req.GetFilter()
 	before := int64(math.MaxInt64)
-	if req.GetPageToken() != "" {
-		if err := store.DecodePageToken(req.GetPageToken(), scope, &before); err != nil {
-			return nil, err
-		}
+	if err := store.DecodePageToken(req.GetPageToken(), scope, &before); err != nil {
+		return nil, err
 	}
-	args = append(args, before)
-	sql := `SELECT id, time, actor, actor_groups, action, resource, request_id, correlation_id, department_id, team_id, before, after
-		FROM audit_events WHERE (` + where + `) AND id < $` + strconv.Itoa(len(args))
+	q.Where("id < " + q.Arg(before))
 	if !a.PlatformAdmin {
-		args = append(args, a.ReadableTeams(), a.AdminDepartments())
-		sql += ` AND (team_id = ANY($` + strconv.Itoa(len(args)-1) + `) OR department_id = ANY($` + strconv.Itoa(len(args)) + `))`
+		q.Where("team_id = ANY(" + q.Arg(a.ReadableTeams()) + ") OR department_id = ANY(" + q.Arg(a.AdminDepartments()) + ")")
 	}
-	args = append(args, size+1)
-	sql += ` ORDER BY id DESC LIMIT $` + strconv.Itoa(len(args))
-	rows, err := r.Pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, store.Classify(err)
-	}
-	type row struct {
-		id            int64
-		ev            *pb.AuditEvent
-		before, after map[string]any
-	}
-	list, err := pgx.CollectRows(rows, func(cr pgx.CollectableRow) (row, error) {
-		var x row
-		var t time.Time
-		e := &pb.AuditEvent{}
-		err := cr.Scan(&x.id, &t, &e.Actor, &e.ActorGroups, &e.Action, &e.Resource, &e.RequestId,
-			&e.CorrelationId, &e.Department, &e.Team, &x.before, &x.after)
-		e.Name = "auditEvents/" + strconv.FormatInt(x.id, 10)
-		e.Time = timestamppb.New(t)
-		x.ev = e
-		return x, err
-	})
+	list, more, err := store.FetchPage(ctx, r.Pool, q, `SELECT id, time, actor, actor_groups, action, resource, request_id,
+		correlation_id, department_id, team_id, before, after FROM audit_events`, "id DESC", scanEvent)
 	if err != nil {
 		return nil, err
 	}
 	resp := &pb.ListAuditEventsResponse{}
-	if len(list) > size {
-		list = list[:size]
-		resp.NextPageToken = store.EncodePageToken(scope, list[size-1].id)
+	if more {
+		resp.NextPageToken = store.EncodePageToken(scope, list[len(list)-1].id)
 	}
 	for _, x := range list {
 		if x.before != nil {
@@ -110,4 +80,24 @@ func (r *Reader) ListAuditEvents(ctx context.Context, req *pb.ListAuditEventsReq
 		resp.AuditEvents = append(resp.AuditEvents, x.ev)
 	}
 	return resp, nil
+}
+
+// eventRow is an audit event as read, before its JSON columns are
+// converted to Structs.
+type eventRow struct {
+	id            int64
+	ev            *pb.AuditEvent
+	before, after map[string]any
+}
+
+func scanEvent(row pgx.Row) (eventRow, error) {
+	var x eventRow
+	var t time.Time
+	e := &pb.AuditEvent{}
+	err := row.Scan(&x.id, &t, &e.Actor, &e.ActorGroups, &e.Action, &e.Resource, &e.RequestId,
+		&e.CorrelationId, &e.Department, &e.Team, &x.before, &x.after)
+	e.Name = "auditEvents/" + strconv.FormatInt(x.id, 10)
+	e.Time = timestamppb.New(t)
+	x.ev = e
+	return x, err
 }

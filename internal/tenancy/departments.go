@@ -117,39 +117,26 @@ func (s *Departments) ListDepartments(ctx context.Context, req *pb.ListDepartmen
 	if err != nil {
 		return nil, err
 	}
-	size, err := store.PageSize(req.GetPageSize())
+	q, err := store.NewList(req.GetPageSize(), req.GetFilter(), departmentFilter)
 	if err != nil {
 		return nil, err
 	}
-	where, args, err := filter.Compile(req.GetFilter(), departmentFilter, 1)
+	scope := "departments|" + req.GetFilter()
+	after, err := decodeIDCursor(req.GetPageToken(), scope)
 	if err != nil {
 		return nil, err
 	}
-	after, err := decodeIDCursor(req.GetPageToken(), "departments|"+req.GetFilter())
-	if err != nil {
-		return nil, err
-	}
-	args = append(args, after)
-	sql := `SELECT ` + departmentColumns + ` FROM departments WHERE (` + where + `) AND id > $` + strconv.Itoa(len(args))
+	q.Where("id > " + q.Arg(after))
 	if !a.PlatformAdmin {
-		readable := append(a.AdminDepartments(), a.MemberDepartments()...)
-		args = append(args, readable)
-		sql += ` AND id = ANY($` + strconv.Itoa(len(args)) + `)`
+		q.Where("id = ANY(" + q.Arg(append(a.AdminDepartments(), a.MemberDepartments()...)) + ")")
 	}
-	args = append(args, size+1)
-	sql += ` ORDER BY id LIMIT $` + strconv.Itoa(len(args))
-	rows, err := s.Pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, store.Classify(err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (departmentRow, error) { return scanDepartment(r) })
+	list, more, err := store.FetchPage(ctx, s.Pool, q, `SELECT `+departmentColumns+` FROM departments`, "id", scanDepartment)
 	if err != nil {
 		return nil, err
 	}
 	resp := &pb.ListDepartmentsResponse{}
-	if len(list) > size {
-		list = list[:size]
-		resp.NextPageToken = store.EncodePageToken("departments|"+req.GetFilter(), list[size-1].ID)
+	if more {
+		resp.NextPageToken = store.EncodePageToken(scope, list[len(list)-1].ID)
 	}
 	for _, d := range list {
 		resp.Departments = append(resp.Departments, d.proto())

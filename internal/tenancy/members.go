@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,9 +15,11 @@ import (
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 	"github.com/gpuplane/gpuplane/internal/audit"
 	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/identity"
 	"github.com/gpuplane/gpuplane/internal/names"
 	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/store/filter"
+	"github.com/gpuplane/gpuplane/internal/workqueue"
 )
 
 // Members implements pb.MemberServiceServer.
@@ -96,27 +97,29 @@ func derivedMemberID(kind, principal string) string {
 	return base + "-" + hex.EncodeToString(sum[:3])
 }
 
-func (s *Members) readableMember(ctx context.Context, name string) (TeamRow, MemberRow, error) {
+// readableMember returns the member, its team and the caller's access, or
+// NOT_FOUND when the caller cannot read the team.
+func (s *Members) readableMember(ctx context.Context, name string) (TeamRow, MemberRow, *identity.Access, error) {
 	teamID, memberID, err := names.ParseMember("name", name)
 	if err != nil {
-		return TeamRow{}, MemberRow{}, err
+		return TeamRow{}, MemberRow{}, nil, err
 	}
-	t, err := s.ReadableTeam(ctx, "name", names.Team(teamID))
+	t, a, err := s.ReadableTeam(ctx, "name", names.Team(teamID))
 	if err != nil {
 		if errs.KindOf(err) == errs.KindNotFound {
-			return t, MemberRow{}, errs.NotFound(name)
+			return t, MemberRow{}, nil, errs.NotFound(name)
 		}
-		return t, MemberRow{}, err
+		return t, MemberRow{}, nil, err
 	}
 	m, err := scanMember(s.Pool.QueryRow(ctx, `SELECT `+memberColumns+` FROM members WHERE team_id = $1 AND id = $2`, teamID, memberID))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return t, m, errs.NotFound(name)
+		return t, m, nil, errs.NotFound(name)
 	}
-	return t, m, err
+	return t, m, a, err
 }
 
 func (s *Members) GetMember(ctx context.Context, req *pb.GetMemberRequest) (*pb.Member, error) {
-	_, m, err := s.readableMember(ctx, req.GetName())
+	_, m, _, err := s.readableMember(ctx, req.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -130,15 +133,11 @@ var memberFilter = filter.Schema{
 }
 
 func (s *Members) ListMembers(ctx context.Context, req *pb.ListMembersRequest) (*pb.ListMembersResponse, error) {
-	t, err := s.ReadableTeam(ctx, "parent", req.GetParent())
+	t, _, err := s.ReadableTeam(ctx, "parent", req.GetParent())
 	if err != nil {
 		return nil, err
 	}
-	size, err := store.PageSize(req.GetPageSize())
-	if err != nil {
-		return nil, err
-	}
-	where, args, err := filter.Compile(req.GetFilter(), memberFilter, 1)
+	q, err := store.NewList(req.GetPageSize(), req.GetFilter(), memberFilter)
 	if err != nil {
 		return nil, err
 	}
@@ -147,21 +146,15 @@ func (s *Members) ListMembers(ctx context.Context, req *pb.ListMembersRequest) (
 	if err != nil {
 		return nil, err
 	}
-	args = append(args, t.ID, after, size+1)
-	n := len(args)
-	rows, err := s.Pool.Query(ctx, `SELECT `+memberColumns+` FROM members WHERE (`+where+`)
-		AND team_id = $`+strconv.Itoa(n-2)+` AND id > $`+strconv.Itoa(n-1)+` ORDER BY id LIMIT $`+strconv.Itoa(n), args...)
-	if err != nil {
-		return nil, store.Classify(err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (MemberRow, error) { return scanMember(r) })
+	q.Where("team_id = " + q.Arg(t.ID))
+	q.Where("id > " + q.Arg(after))
+	list, more, err := store.FetchPage(ctx, s.Pool, q, `SELECT `+memberColumns+` FROM members`, "id", scanMember)
 	if err != nil {
 		return nil, err
 	}
 	resp := &pb.ListMembersResponse{}
-	if len(list) > size {
-		list = list[:size]
-		resp.NextPageToken = store.EncodePageToken(scope, list[size-1].ID)
+	if more {
+		resp.NextPageToken = store.EncodePageToken(scope, list[len(list)-1].ID)
 	}
 	for _, m := range list {
 		resp.Members = append(resp.Members, m.Proto())
@@ -170,11 +163,7 @@ func (s *Members) ListMembers(ctx context.Context, req *pb.ListMembersRequest) (
 }
 
 func (s *Members) CreateMember(ctx context.Context, req *pb.CreateMemberRequest) (*pb.Member, error) {
-	t, err := s.ReadableTeam(ctx, "parent", req.GetParent())
-	if err != nil {
-		return nil, err
-	}
-	a, err := s.Access(ctx)
+	t, a, err := s.ReadableTeam(ctx, "parent", req.GetParent())
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +223,7 @@ func (s *Members) CreateMember(ctx context.Context, req *pb.CreateMemberRequest)
 					return nil, err
 				}
 				res := row.Proto()
-				if err := EnqueueTeamVirtualClusters(ctx, tx, t.ID); err != nil {
+				if err := workqueue.EnqueueTeam(ctx, tx, t.ID); err != nil {
 					return nil, err
 				}
 				return res, audit.Record(ctx, tx, audit.Event{
@@ -252,11 +241,7 @@ func (s *Members) UpdateMember(ctx context.Context, req *pb.UpdateMemberRequest)
 	if m == nil {
 		return nil, errs.InvalidField("member", "required")
 	}
-	t, cur, err := s.readableMember(ctx, m.GetName())
-	if err != nil {
-		return nil, err
-	}
-	a, err := s.Access(ctx)
+	t, cur, a, err := s.readableMember(ctx, m.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +278,7 @@ func (s *Members) UpdateMember(ctx context.Context, req *pb.UpdateMemberRequest)
 			return err
 		}
 		out = row.Proto()
-		if err := EnqueueTeamVirtualClusters(ctx, tx, t.ID); err != nil {
+		if err := workqueue.EnqueueTeam(ctx, tx, t.ID); err != nil {
 			return err
 		}
 		return audit.Record(ctx, tx, audit.Event{
@@ -305,11 +290,7 @@ func (s *Members) UpdateMember(ctx context.Context, req *pb.UpdateMemberRequest)
 }
 
 func (s *Members) DeleteMember(ctx context.Context, req *pb.DeleteMemberRequest) (*emptypb.Empty, error) {
-	t, cur, err := s.readableMember(ctx, req.GetName())
-	if err != nil {
-		return nil, err
-	}
-	a, err := s.Access(ctx)
+	t, cur, a, err := s.readableMember(ctx, req.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -331,7 +312,7 @@ func (s *Members) DeleteMember(ctx context.Context, req *pb.DeleteMemberRequest)
 		if _, err := tx.Exec(ctx, `DELETE FROM members WHERE team_id = $1 AND id = $2`, cur.Team, cur.ID); err != nil {
 			return err
 		}
-		if err := EnqueueTeamVirtualClusters(ctx, tx, t.ID); err != nil {
+		if err := workqueue.EnqueueTeam(ctx, tx, t.ID); err != nil {
 			return err
 		}
 		return audit.Record(ctx, tx, audit.Event{

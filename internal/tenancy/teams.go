@@ -13,6 +13,7 @@ import (
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 	"github.com/gpuplane/gpuplane/internal/audit"
 	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/identity"
 	"github.com/gpuplane/gpuplane/internal/names"
 	"github.com/gpuplane/gpuplane/internal/quota"
 	"github.com/gpuplane/gpuplane/internal/store"
@@ -75,24 +76,25 @@ func GetTeam(ctx context.Context, q Querier, id string, lock bool) (TeamRow, err
 }
 
 // ReadableTeam returns the team when the caller may read it and NOT_FOUND
-// otherwise (foreign teams look absent).
-func (s *Service) ReadableTeam(ctx context.Context, field, name string) (TeamRow, error) {
+// otherwise (foreign teams look absent), together with the caller's access
+// it loaded, so handlers do not load it a second time.
+func (s *Service) ReadableTeam(ctx context.Context, field, name string) (TeamRow, *identity.Access, error) {
 	id, err := names.ParseTeam(field, name)
 	if err != nil {
-		return TeamRow{}, err
+		return TeamRow{}, nil, err
 	}
 	a, err := s.Access(ctx)
 	if err != nil {
-		return TeamRow{}, err
+		return TeamRow{}, nil, err
 	}
 	t, err := GetTeam(ctx, s.Pool, id, false)
 	if err != nil {
-		return t, err
+		return t, nil, err
 	}
 	if !a.CanReadTeam(t.ID, t.Department) {
-		return TeamRow{}, errs.NotFound(name)
+		return TeamRow{}, nil, errs.NotFound(name)
 	}
-	return t, nil
+	return t, a, nil
 }
 
 func parseTier(v *errs.Violations, field string, tier pb.IsolationTier, required bool) string {
@@ -109,7 +111,7 @@ func parseTier(v *errs.Violations, field string, tier pb.IsolationTier, required
 }
 
 func (s *Teams) GetTeam(ctx context.Context, req *pb.GetTeamRequest) (*pb.Team, error) {
-	t, err := s.ReadableTeam(ctx, "name", req.GetName())
+	t, _, err := s.ReadableTeam(ctx, "name", req.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -127,11 +129,7 @@ func (s *Teams) ListTeams(ctx context.Context, req *pb.ListTeamsRequest) (*pb.Li
 	if err != nil {
 		return nil, err
 	}
-	size, err := store.PageSize(req.GetPageSize())
-	if err != nil {
-		return nil, err
-	}
-	where, args, err := filter.Compile(req.GetFilter(), teamFilter, 1)
+	q, err := store.NewList(req.GetPageSize(), req.GetFilter(), teamFilter)
 	if err != nil {
 		return nil, err
 	}
@@ -140,26 +138,17 @@ func (s *Teams) ListTeams(ctx context.Context, req *pb.ListTeamsRequest) (*pb.Li
 	if err != nil {
 		return nil, err
 	}
-	args = append(args, after)
-	sql := `SELECT ` + teamColumns + ` FROM teams WHERE (` + where + `) AND id > $` + strconv.Itoa(len(args))
+	q.Where("id > " + q.Arg(after))
 	if !a.PlatformAdmin {
-		args = append(args, a.ReadableTeams(), a.AdminDepartments())
-		sql += ` AND (id = ANY($` + strconv.Itoa(len(args)-1) + `) OR department_id = ANY($` + strconv.Itoa(len(args)) + `))`
+		q.Where("id = ANY(" + q.Arg(a.ReadableTeams()) + ") OR department_id = ANY(" + q.Arg(a.AdminDepartments()) + ")")
 	}
-	args = append(args, size+1)
-	sql += ` ORDER BY id LIMIT $` + strconv.Itoa(len(args))
-	rows, err := s.Pool.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, store.Classify(err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TeamRow, error) { return scanTeam(r) })
+	list, more, err := store.FetchPage(ctx, s.Pool, q, `SELECT `+teamColumns+` FROM teams`, "id", scanTeam)
 	if err != nil {
 		return nil, err
 	}
 	resp := &pb.ListTeamsResponse{}
-	if len(list) > size {
-		list = list[:size]
-		resp.NextPageToken = store.EncodePageToken(scope, list[size-1].ID)
+	if more {
+		resp.NextPageToken = store.EncodePageToken(scope, list[len(list)-1].ID)
 	}
 	for _, t := range list {
 		resp.Teams = append(resp.Teams, t.Proto())
@@ -241,11 +230,7 @@ func (s *Teams) UpdateTeam(ctx context.Context, req *pb.UpdateTeamRequest) (*pb.
 	if t == nil {
 		return nil, errs.InvalidField("team", "required")
 	}
-	cur, err := s.ReadableTeam(ctx, "team.name", t.GetName())
-	if err != nil {
-		return nil, err
-	}
-	a, err := s.Access(ctx)
+	cur, a, err := s.ReadableTeam(ctx, "team.name", t.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -332,7 +317,7 @@ func (s *Teams) UpdateTeam(ctx context.Context, req *pb.UpdateTeamRequest) (*pb.
 			return err
 		}
 		out = row.Proto()
-		if err := EnqueueTeamVirtualClusters(ctx, tx, cur.ID); err != nil {
+		if err := workqueue.EnqueueTeam(ctx, tx, cur.ID); err != nil {
 			return err
 		}
 		return audit.Record(ctx, tx, audit.Event{
@@ -343,18 +328,8 @@ func (s *Teams) UpdateTeam(ctx context.Context, req *pb.UpdateTeamRequest) (*pb.
 	return out, err
 }
 
-// EnqueueTeamVirtualClusters asks the worker to re-apply every live virtual
-// cluster of a team (its parent queue or its members changed).
-func EnqueueTeamVirtualClusters(ctx context.Context, tx pgx.Tx, team string) error {
-	return workqueue.EnqueueTeam(ctx, tx, team)
-}
-
 func (s *Teams) DeleteTeam(ctx context.Context, req *pb.DeleteTeamRequest) (*emptypb.Empty, error) {
-	cur, err := s.ReadableTeam(ctx, "name", req.GetName())
-	if err != nil {
-		return nil, err
-	}
-	a, err := s.Access(ctx)
+	cur, a, err := s.ReadableTeam(ctx, "name", req.GetName())
 	if err != nil {
 		return nil, err
 	}
