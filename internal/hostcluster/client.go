@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/gpuplane/gpuplane/internal/quota"
 )
 
 // FieldManager owns every field gpuplane writes with server-side apply.
@@ -600,12 +602,14 @@ func nestedNumber(obj map[string]any, path ...string) (float64, bool) {
 // PodGroup statuses as an ordinary Kubernetes resource list, so cpu and
 // memory are plain quantities ("2", "500m", "64Gi") and the GPU entry is the
 // one whose name ends in "gpu" (e.g. "nvidia.com/gpu": "1500m" = 1.5 GPUs).
+// The amounts go through quota.AllocatedFromKAI, which rounds up: usage is
+// never understated.
 func parseAllocated(q *unstructured.Unstructured) *Quantities {
 	raw, found, err := unstructured.NestedMap(q.Object, "status", "allocated")
 	if !found || err != nil {
 		return nil
 	}
-	var out Quantities
+	var gpu, cpuMillis, memoryMB float64
 	for name, v := range raw {
 		var qty resource.Quantity
 		switch x := v.(type) {
@@ -618,20 +622,21 @@ func parseAllocated(q *unstructured.Unstructured) *Quantities {
 		case int64:
 			qty = *resource.NewQuantity(x, resource.DecimalSI)
 		case float64:
-			qty = *resource.NewMilliQuantity(int64(math.Round(x*1000)), resource.DecimalSI)
+			qty = *resource.NewMilliQuantity(int64(math.Ceil(x*1000)), resource.DecimalSI)
 		default:
 			continue
 		}
 		switch {
 		case name == string(corev1.ResourceCPU):
-			out.CPUMillis = qty.MilliValue()
+			cpuMillis = float64(qty.MilliValue())
 		case name == string(corev1.ResourceMemory):
-			out.MemoryBytes = qty.Value()
+			memoryMB = qty.AsApproximateFloat64() / 1e6
 		case name == "gpu" || strings.HasSuffix(name, "/gpu"):
-			out.GPUCenti = qty.MilliValue() / 10
+			gpu = qty.AsApproximateFloat64()
 		}
 	}
-	return &out
+	r := quota.AllocatedFromKAI(gpu, cpuMillis, memoryMB)
+	return &Quantities{GPUCenti: int64(r.GPU), CPUMillis: r.CPUMillis, MemoryBytes: r.MemoryBytes}
 }
 
 // Delete removes everything Apply created for vc: the release, the

@@ -13,6 +13,8 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	networkingac "k8s.io/client-go/applyconfigurations/networking/v1"
+
+	"github.com/gpuplane/gpuplane/internal/quota"
 )
 
 // QueueGVR is KAI Scheduler's cluster-scoped Queue resource.
@@ -94,21 +96,11 @@ func queueSpecObject(display, parent string, spec QueueSpec) map[string]any {
 	return out
 }
 
-// kaiUnits converts to KAI's units: GPU devices, millicores, and megabytes of
-// 10^6 bytes rounded down (rounding up could grant more than was approved).
-// Negative amounts become -1, KAI's "unlimited".
+// kaiUnits converts to KAI's units through quota.ToKAI, the one conversion
+// (memory rounded down; negative amounts become -1, KAI's "unlimited").
 func kaiUnits(q Quantities) [3]float64 {
-	conv := func(v int64, f func(int64) float64) float64 {
-		if v < 0 {
-			return -1
-		}
-		return f(v)
-	}
-	return [3]float64{
-		conv(q.GPUCenti, func(v int64) float64 { return float64(v) / 100 }),
-		conv(q.CPUMillis, func(v int64) float64 { return float64(v) }),
-		conv(q.MemoryBytes, func(v int64) float64 { return float64(v / 1_000_000) }),
-	}
+	g, c, m := quota.ToKAI(quota.Resources{GPU: quota.GPU(q.GPUCenti), CPUMillis: q.CPUMillis, MemoryBytes: q.MemoryBytes})
+	return [3]float64{g, c, m}
 }
 
 // Guardrails are the admission policies of one virtual cluster. Mutating

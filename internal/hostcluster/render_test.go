@@ -240,3 +240,16 @@ func TestParseAllocated(t *testing.T) {
 		t.Error("no status must give nil")
 	}
 }
+
+// Allocations read from KAI round up (quota.AllocatedFromKAI): a GPU share
+// of 1.505 devices is 151 hundredths, never 150.
+func TestParseAllocatedRoundsUp(t *testing.T) {
+	q := &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{"allocated": map[string]any{
+		"nvidia.com/gpu": "1505m", "cpu": "0.0005", "memory": "1500k",
+	}}}}
+	got := parseAllocated(q)
+	want := Quantities{GPUCenti: 151, CPUMillis: 1, MemoryBytes: 1_500_000}
+	if got == nil || *got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+}

@@ -3,17 +3,37 @@ package quota
 import "math"
 
 // KAI Scheduler queue units: gpu in devices, cpu in millicores and memory in
-// megabytes of 10^6 bytes (not MiB).
+// megabytes of 10^6 bytes (not MiB). This file is the one place platform
+// quantities and KAI's meet, in both directions:
+//
+//   - platform -> KAI (ToKAI): quotas and limits written into Queue specs
+//     round DOWN, so a queue never guarantees or allows more than was
+//     approved;
+//   - KAI -> platform (AllocatedFromKAI): what a queue reports as allocated
+//     rounds UP, so usage is never understated (a shrink must not slip under
+//     what really runs).
 const bytesPerKAIMegabyte = 1_000_000
 
-// ToKAI converts a quota or limit to KAI queue units.
+// KAIUnlimited is KAI's "no quota / no limit" value.
+const KAIUnlimited = -1
+
+// ToKAI converts a quota or limit to KAI queue units. A negative amount
+// means unlimited and becomes KAIUnlimited (-1) for that resource.
 //
 // Memory is rounded down to whole megabytes: the queue must never guarantee
 // or allow more than the platform granted, and losing under 1 MB of a quota
 // is harmless, while rounding up would let the sum of queue quotas exceed a
 // parent that was checked exactly. 64Gi = 68719.476736 MB becomes 68719.
 func ToKAI(r Resources) (gpu, cpuMillis, memoryMB float64) {
-	return r.GPU.KAI(), float64(r.CPUMillis), float64(KAIMemoryMB(r.MemoryBytes))
+	unlimitedOr := func(v int64, f func() float64) float64 {
+		if v < 0 {
+			return KAIUnlimited
+		}
+		return f()
+	}
+	return unlimitedOr(int64(r.GPU), r.GPU.KAI),
+		unlimitedOr(r.CPUMillis, func() float64 { return float64(r.CPUMillis) }),
+		unlimitedOr(r.MemoryBytes, func() float64 { return float64(KAIMemoryMB(r.MemoryBytes)) })
 }
 
 // KAIMemoryMB is bytes in whole KAI megabytes, rounded down (see ToKAI).

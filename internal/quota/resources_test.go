@@ -143,3 +143,15 @@ func TestAllocatedFromKAIRoundsUp(t *testing.T) {
 		})
 	}
 }
+
+// Negative amounts are "unlimited" on the platform side and -1 in KAI.
+func TestToKAIUnlimited(t *testing.T) {
+	g, c, m := ToKAI(Resources{GPU: -1, CPUMillis: -1, MemoryBytes: -1})
+	if g != KAIUnlimited || c != KAIUnlimited || m != KAIUnlimited {
+		t.Fatalf("ToKAI(unlimited) = %v, %v, %v; want -1 each", g, c, m)
+	}
+	g, c, m = ToKAI(Resources{GPU: 50, CPUMillis: -1, MemoryBytes: 1_999_999})
+	if g != 0.5 || c != KAIUnlimited || m != 1 {
+		t.Fatalf("ToKAI(mixed) = %v, %v, %v; want 0.5, -1, 1", g, c, m)
+	}
+}
