@@ -9,7 +9,7 @@ GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
 ## run: everything locally on embedded defaults (throwaway PostgreSQL, dev OIDC issuer, local host cluster)
 run: envtest
-	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go run ./cmd/gpuplane dev
+	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go run ./cmd/gpuplane-dev
 
 ## test: all tests against real PostgreSQL, a real kube-apiserver and a real OIDC issuer
 test: envtest

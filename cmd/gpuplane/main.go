@@ -1,5 +1,7 @@
-// Command gpuplane runs the gpuplane API server (serve), database
-// migrations (migrate) and the local development environment (dev).
+// Command gpuplane is the production binary: the API server (serve), the
+// host-cluster worker (worker) and database migrations (migrate). Dev mode
+// is a separate command, cmd/gpuplane-dev, so none of its parts (dev OIDC
+// issuer, throwaway PostgreSQL, local API server) is linked here.
 package main
 
 import (

@@ -25,7 +25,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/app"
 	"github.com/gpuplane/gpuplane/internal/devenv"
 	"github.com/gpuplane/gpuplane/internal/devenv/oidcdev"
-	"github.com/gpuplane/gpuplane/internal/hostcluster"
+	"github.com/gpuplane/gpuplane/internal/devenv/vclusterchart"
 	"github.com/gpuplane/gpuplane/internal/store/storetest"
 	"github.com/gpuplane/gpuplane/internal/tenancy"
 )
@@ -113,7 +113,7 @@ func Start(t testing.TB, o Options) *Env {
 	}
 	if o.HostConfig != nil && cfg.VClusterChartDir == "" {
 		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		dir, err := hostcluster.VClusterChartDir(cctx)
+		dir, err := vclusterchart.Dir(cctx)
 		ccancel()
 		if err != nil {
 			t.Fatalf("apptest: vCluster chart: %v", err)

@@ -10,7 +10,6 @@ import (
 	"strconv"
 
 	"github.com/gpuplane/gpuplane/internal/app"
-	"github.com/gpuplane/gpuplane/internal/devenv"
 	"github.com/gpuplane/gpuplane/internal/store"
 )
 
@@ -21,8 +20,6 @@ commands:
   worker                run the host-cluster worker (turns approved requests into host objects)
   migrate up|down [N]|version|force V
                         manage the database schema
-  dev                   run everything locally on embedded defaults (make run)
-  dev token <user>      print a bearer token for a demo user of a running dev server
 
 Run 'gpuplane <command> -h' for the flags; every flag is also an environment variable.
 `
@@ -66,29 +63,6 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		return migrate(ctx, cfg, fs.Args(), stdout, stderr)
-	case "dev":
-		issuerAddr := fs.String("issuer-addr", "127.0.0.1:5556", "dev OIDC issuer listen address")
-		if len(args) > 1 && args[1] == "token" {
-			if err := fs.Parse(args[2:]); err != nil {
-				return 2
-			}
-			if fs.NArg() != 1 {
-				fmt.Fprintln(stderr, "usage: gpuplane dev token <alice|bob|carol|dan|erin|frank>")
-				return 2
-			}
-			tok, err := devenv.FetchToken(ctx, *issuerAddr, fs.Arg(0))
-			if err != nil {
-				return fail(err)
-			}
-			fmt.Fprintln(stdout, tok)
-			return 0
-		}
-		cfg.LogFormat = "text"
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
-		}
-		cfg.Print(stderr)
-		return fail(devenv.Run(ctx, devenv.Options{Config: cfg, IssuerAddr: *issuerAddr, Out: stdout}))
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,6 +1,6 @@
 // Package devenv starts the embedded development environment (throwaway
 // PostgreSQL, dev OIDC issuer, local host cluster) and seeds demo data. It
-// is used by `gpuplane dev` and by tests; never by a production server.
+// is used by `gpuplane-dev` (cmd/gpuplane-dev) and by tests; never by a production server.
 package devenv
 
 import (

@@ -17,12 +17,12 @@ import (
 	"github.com/gpuplane/gpuplane/internal/app"
 	"github.com/gpuplane/gpuplane/internal/devenv/oidcdev"
 	"github.com/gpuplane/gpuplane/internal/devenv/pgserver"
+	"github.com/gpuplane/gpuplane/internal/devenv/vclusterchart"
 	"github.com/gpuplane/gpuplane/internal/envtestenv"
-	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/store"
 )
 
-// DefaultIssuerAddr is where the dev issuer listens, so `gpuplane dev
+// DefaultIssuerAddr is where the dev issuer listens, so `gpuplane-dev
 // token` finds it without configuration.
 const DefaultIssuerAddr = "127.0.0.1:5556"
 
@@ -98,8 +98,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	cfg.RunWorker = true
 	if cfg.VClusterChartDir == "" {
-		say("locating the vCluster chart in the Go module cache (%s)...", hostcluster.VClusterModule)
-		dir, err := hostcluster.VClusterChartDir(ctx)
+		say("locating the vCluster chart in the Go module cache (%s)...", vclusterchart.Module)
+		dir, err := vclusterchart.Dir(ctx)
 		if err != nil {
 			return fmt.Errorf("vCluster chart: %w", err)
 		}
@@ -119,14 +119,14 @@ func Run(ctx context.Context, o Options) error {
 func printWalkthrough(w io.Writer, httpAddr, grpcAddr string) {
 	base := "http://" + strings.Replace(httpAddr, "[::]", "localhost", 1)
 	fmt.Fprintf(w, `
-gpuplane dev is running: REST %s, gRPC %s
+gpuplane-dev is running: REST %s, gRPC %s
 Demo users: alice (platform admin), bob (owner of team-a), carol (member of team-a),
             dan (owner of team-b), erin (member of team-b), frank (admin of department research)
 
 Try (in another terminal):
-  TOKEN=$(go run ./cmd/gpuplane dev token alice)
+  TOKEN=$(go run ./cmd/gpuplane-dev token alice)
   curl -s -H "Authorization: Bearer $TOKEN" %s/v1/teams
-  curl -s -H "Authorization: Bearer $(go run ./cmd/gpuplane dev token erin)" %s/v1/teams/team-a/members   # 404: erin is in team-b
+  curl -s -H "Authorization: Bearer $(go run ./cmd/gpuplane-dev token erin)" %s/v1/teams/team-a/members   # 404: erin is in team-b
   curl -s -H "Authorization: Bearer $TOKEN" '%s/v1/auditEvents?pageSize=5'
   See README.md for the request -> approve walkthrough. Ctrl-C stops everything.
 

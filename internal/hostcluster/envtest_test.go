@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/gpuplane/gpuplane/internal/devenv/vclusterchart"
 	"github.com/gpuplane/gpuplane/internal/envtestenv"
 )
 
@@ -69,7 +70,7 @@ func newHarness(t testing.TB) *harness {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	chartDir, err := VClusterChartDir(ctx)
+	chartDir, err := vclusterchart.Dir(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,19 +1,13 @@
 package hostcluster
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
-	"strings"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -40,7 +34,7 @@ import (
 // and RepoURL is used; Dir wins.
 type ChartSource struct {
 	// Dir is a chart directory or packaged chart on local disk (tests and
-	// dev mode: VClusterChartDir). VirtualCluster.ChartVersion then only
+	// dev mode: internal/devenv/vclusterchart). VirtualCluster.ChartVersion then only
 	// selects the values format and the control plane image tag.
 	Dir string
 	// RepoURL is a chart repository (https://charts.loft.sh) or an OCI
@@ -49,49 +43,6 @@ type ChartSource struct {
 	RepoURL string
 	// Name of the chart in a RepoURL repository. Default "vcluster".
 	Name string
-}
-
-// VClusterModule is the Go module whose source holds the tested chart.
-const VClusterModule = "github.com/loft-sh/vcluster@v0.20.0"
-
-var (
-	chartDirMu    sync.Mutex
-	chartDirCache string
-)
-
-// VClusterChartDir returns the vCluster 0.20.0 chart inside the Go module
-// cache, downloading the module through the Go module proxy on first use
-// (`go mod download -json`). The chart directory is read-only; Helm only
-// reads it. The result is cached for the life of the process.
-func VClusterChartDir(ctx context.Context) (string, error) {
-	chartDirMu.Lock()
-	defer chartDirMu.Unlock()
-	if chartDirCache != "" {
-		return chartDirCache, nil
-	}
-	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", VClusterModule)
-	// Outside any module, so the download never touches a go.mod.
-	cmd.Dir = os.TempDir()
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off", "GO111MODULE=on")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	var info struct{ Dir, Error string }
-	if jerr := json.Unmarshal(out, &info); jerr == nil && info.Error != "" {
-		return "", fmt.Errorf("hostcluster: go mod download %s: %s", VClusterModule, info.Error)
-	}
-	if err != nil {
-		return "", fmt.Errorf("hostcluster: go mod download %s: %w: %s", VClusterModule, err, strings.TrimSpace(stderr.String()))
-	}
-	if info.Dir == "" {
-		return "", fmt.Errorf("hostcluster: go mod download %s printed no module directory", VClusterModule)
-	}
-	dir := filepath.Join(info.Dir, "chart")
-	if _, err := os.Stat(filepath.Join(dir, "Chart.yaml")); err != nil {
-		return "", fmt.Errorf("hostcluster: no chart in module %s: %w", VClusterModule, err)
-	}
-	chartDirCache = dir
-	return dir, nil
 }
 
 // loadedChart is a parsed chart plus a digest of its files, so a changed

@@ -8,6 +8,8 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpuplane/gpuplane/internal/devenv/vclusterchart"
 )
 
 // A syntactically valid PEM block is enough for rendering; the real CA is
@@ -319,7 +321,7 @@ func TestMemberChangeChangesValuesHash(t *testing.T) {
 }
 
 func TestOIDCValuesMatchChartSchema(t *testing.T) {
-	dir, err := VClusterChartDir(context.Background())
+	dir, err := vclusterchart.Dir(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

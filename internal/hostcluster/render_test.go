@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/gpuplane/gpuplane/internal/devenv/vclusterchart"
 )
 
 const gib = int64(1) << 30
@@ -198,7 +200,7 @@ func TestRenderVClusterValues(t *testing.T) {
 }
 
 func TestValuesMatchChartSchema(t *testing.T) {
-	dir, err := VClusterChartDir(context.Background())
+	dir, err := vclusterchart.Dir(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,8 +38,8 @@ import (
 
 	"github.com/gpuplane/gpuplane/deploy/charttest"
 	"github.com/gpuplane/gpuplane/internal/devenv"
+	"github.com/gpuplane/gpuplane/internal/devenv/vclusterchart"
 	"github.com/gpuplane/gpuplane/internal/envtestenv"
-	"github.com/gpuplane/gpuplane/internal/hostcluster"
 )
 
 // One API server for the package, started on first use.
@@ -69,7 +69,7 @@ func env(t *testing.T) {
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		if shared.chart, shared.err = hostcluster.VClusterChartDir(ctx); shared.err != nil {
+		if shared.chart, shared.err = vclusterchart.Dir(ctx); shared.err != nil {
 			return
 		}
 		if shared.caPEM, shared.err = selfSignedCA(); shared.err != nil {

@@ -37,6 +37,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/approval"
 	"github.com/gpuplane/gpuplane/internal/apptest"
 	"github.com/gpuplane/gpuplane/internal/devenv"
+	"github.com/gpuplane/gpuplane/internal/devenv/vclusterchart"
 	"github.com/gpuplane/gpuplane/internal/envtestenv"
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/reconcile"
@@ -98,7 +99,7 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 			t.Logf("stopping envtest: %v", err)
 		}
 	})
-	chart, err := hostcluster.VClusterChartDir(sctx)
+	chart, err := vclusterchart.Dir(sctx)
 	if err != nil {
 		t.Fatal(err)
 	}
