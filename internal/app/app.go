@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -13,13 +14,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/rest"
 
-	"github.com/gpuplane/gpuplane/internal/approval"
-	"github.com/gpuplane/gpuplane/internal/audit"
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/identity"
 	"github.com/gpuplane/gpuplane/internal/quota"
 	"github.com/gpuplane/gpuplane/internal/reconcile"
+	"github.com/gpuplane/gpuplane/internal/request"
 	"github.com/gpuplane/gpuplane/internal/server"
+	"github.com/gpuplane/gpuplane/internal/server/api"
 	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/telemetry"
 	"github.com/gpuplane/gpuplane/internal/tenancy"
@@ -37,6 +38,9 @@ type Options struct {
 	Now func() time.Time
 	// HostConfig overrides the host cluster from configuration.
 	HostConfig *rest.Config
+	// Kubeconfigs overrides where virtual clusters' CA and admin
+	// kubeconfig come from (default: the host cluster, when there is one).
+	Kubeconfigs api.Kubeconfigs
 	// TracerProvider overrides the one built from the OTEL_* environment
 	// (tests record spans in memory).
 	TracerProvider trace.TracerProvider
@@ -47,9 +51,11 @@ type App struct {
 	cfg      Config
 	log      *slog.Logger
 	pool     *pgxpool.Pool
+	db       *store.DB
 	server   *server.Server
-	Approval *approval.Service
 	Tenancy  *tenancy.Service
+	Requests *request.Service
+	API      *api.API
 	Host     *hostcluster.Client // nil without a host cluster
 	Worker   *reconcile.Worker   // nil unless cfg.RunWorker
 	closers  []func()
@@ -91,8 +97,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
 	a.closers = append(a.closers, a.pool.Close)
-	reg := newRegistry(a.pool, a.log)
-	reg.MustRegister(telemetry.StateCollectors(a.pool, a.log)...)
+	a.db = store.New(a.pool)
+	reg := newRegistry(a.db, a.log)
+	reg.MustRegister(stateCollectors(a.db, a.log)...)
 
 	caPEM := opts.OIDCCACert
 	if caPEM == nil && cfg.OIDCCAFile != "" {
@@ -127,7 +134,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		if a.Host == nil {
 			return nil, errors.New("--run-worker needs a host cluster (--kubeconfig, KUBECONFIG or in-cluster config)")
 		}
-		a.Worker = reconcile.New(a.pool, a.Host, a.log, reconcile.Config{Concurrency: cfg.WorkerConcurrency, Resync: cfg.ResyncInterval,
+		a.Worker = reconcile.New(a.db, a.Host, a.log, reconcile.Config{Concurrency: cfg.WorkerConcurrency, Resync: cfg.ResyncInterval,
 			Metrics: reg, TracerProvider: tp})
 	}
 
@@ -156,32 +163,45 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		return nil, fmt.Errorf("invalid configuration: overcommit: %w", err)
 	}
 
-	a.Tenancy = &tenancy.Service{
-		Pool: a.pool, PlatformAdminGroup: cfg.AdminGroups(), Capacity: capacity, Overcommit: cfg.Overcommit,
-		CorrelationID: server.RequestIDFrom,
+	a.Tenancy = tenancy.NewService(capacity, cfg.Overcommit, request.TeamHistory{})
+	a.Requests = request.NewService(a.db, request.Defaults{KubernetesVersion: cfg.DefaultKubernetesVersion,
+		ChartVersion: cfg.DefaultChartVersion}, a.log, opts.Now)
+
+	// Listen on the gRPC port before building the handlers: kubeconfigs
+	// name the API address, by default the bound one.
+	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen gRPC on %s: %w", cfg.GRPCAddr, err)
 	}
-	a.Approval = &approval.Service{
-		Tenancy: a.Tenancy, DefaultKubernetesVersion: cfg.DefaultKubernetesVersion,
-		DefaultChartVersion: cfg.DefaultChartVersion, Log: a.log, Now: opts.Now,
+	apiEndpoint := cfg.PublicAPIAddress
+	if apiEndpoint == "" {
+		// Without a configured public address only local clients work.
+		apiEndpoint = dialableAddress(grpcLis.Addr().String())
 	}
+	kubeconfigs := opts.Kubeconfigs
+	if kubeconfigs == nil && a.Host != nil {
+		kubeconfigs = a.Host
+	}
+	a.API = api.New(api.Deps{DB: a.db, Tenancy: a.Tenancy, Requests: a.Requests, PlatformAdminGroups: cfg.AdminGroups(),
+		Kubeconfigs: kubeconfigs, APIEndpoint: apiEndpoint, Log: a.log})
 	a.server, err = server.New(ctx, server.Config{
-		GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Logger: a.log, Auth: verifier, Registry: reg, TracerProvider: tp,
-		Ready: a.ready,
+		GRPCAddr: cfg.GRPCAddr, GRPCListener: grpcLis, HTTPAddr: cfg.HTTPAddr, Logger: a.log, Auth: verifier, Registry: reg,
+		TracerProvider: tp, Ready: a.ready,
 		Services: server.Services{
-			Departments:    &tenancy.Departments{Service: a.Tenancy},
-			Teams:          &tenancy.Teams{Service: a.Tenancy},
-			Members:        &tenancy.Members{Service: a.Tenancy},
-			Identity:       &tenancy.Identity{Service: a.Tenancy},
-			Audit:          &audit.Reader{Pool: a.pool, Access: a.Tenancy.Access},
-			VirtualCluster: &approval.VirtualClusters{Service: a.Approval},
-			Requests:       &approval.Requests{Service: a.Approval},
-			Policies:       &approval.Policies{Service: a.Approval},
+			Departments:    &api.Departments{API: a.API},
+			Teams:          &api.Teams{API: a.API},
+			Members:        &api.Members{API: a.API},
+			Identity:       &api.Identity{API: a.API},
+			Audit:          &api.Audit{API: a.API},
+			VirtualCluster: &api.VirtualClusters{API: a.API},
+			Requests:       &api.Requests{API: a.API},
+			Policies:       &api.Policies{API: a.API},
 		},
 	})
 	if err != nil {
+		grpcLis.Close()
 		return nil, err
 	}
-	a.wireKubeconfig()
 	return a, nil
 }
 
@@ -248,7 +268,7 @@ func (a *App) expiryLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if n, err := a.Approval.ExpireVirtualClusters(ctx); err != nil && ctx.Err() == nil {
+			if n, err := a.Requests.ExpireVirtualClusters(ctx); err != nil && ctx.Err() == nil {
 				a.log.Warn("expiry sweep failed", "error", err)
 			} else if n > 0 {
 				a.log.Info("expired virtual clusters scheduled for deletion", "count", n)

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,11 +79,54 @@ current-context: my-vcluster
 `)
 }
 
+// kcSource stands in for the host cluster as the source of virtual
+// clusters' CA and admin kubeconfig (no vCluster runs here). A nil func
+// means the source has none: no CA (a kubeconfig without CA data), no
+// admin kubeconfig (break glass unavailable).
+type kcSource struct {
+	mu    sync.Mutex
+	ca    func(ctx context.Context, id string) ([]byte, error)
+	admin func(ctx context.Context, id string) ([]byte, error)
+}
+
+func (k *kcSource) setCA(f func(ctx context.Context, id string) ([]byte, error)) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.ca = f
+}
+
+func (k *kcSource) setAdmin(f func(ctx context.Context, id string) ([]byte, error)) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.admin = f
+}
+
+func (k *kcSource) VirtualClusterCA(ctx context.Context, id string) ([]byte, error) {
+	k.mu.Lock()
+	f := k.ca
+	k.mu.Unlock()
+	if f == nil {
+		return nil, nil
+	}
+	return f(ctx, id)
+}
+
+func (k *kcSource) AdminKubeconfig(ctx context.Context, id string) ([]byte, error) {
+	k.mu.Lock()
+	f := k.admin
+	k.mu.Unlock()
+	if f == nil {
+		return nil, errors.New("no host cluster")
+	}
+	return f(ctx, id)
+}
+
 // kcSetup: kc-a in team-a (bob), kc-b in team-b (dan), both approved by
 // alice and still PROVISIONING (no worker runs here).
-func kcSetup(t *testing.T) *apptest.Env {
+func kcSetup(t *testing.T) (*apptest.Env, *kcSource) {
 	t.Helper()
-	e := apptest.Start(t, apptest.Options{Seed: true})
+	src := &kcSource{}
+	e := apptest.Start(t, apptest.Options{Seed: true, Kubeconfigs: src})
 	for _, c := range []struct{ user, team, id string }{{"bob", "team-a", "kc-a"}, {"dan", "team-b", "kc-b"}} {
 		r, err := e.Requests.CreateRequest(e.As(t, c.user), &pb.CreateRequestRequest{Request: &pb.Request{
 			Team: "teams/" + c.team,
@@ -97,7 +141,7 @@ func kcSetup(t *testing.T) *apptest.Env {
 			t.Fatalf("approve %s: %v", r.GetName(), err)
 		}
 	}
-	return e
+	return e, src
 }
 
 func kcSetPhase(t *testing.T, e *apptest.Env, id, phase string) {
@@ -136,10 +180,10 @@ func kcBreakGlassEvents(t *testing.T, e *apptest.Env) []*pb.AuditEvent {
 }
 
 func TestKubeconfigAuthorizationMatrix(t *testing.T) {
-	e := kcSetup(t)
+	e, src := kcSetup(t)
 	ca := kcCA(t)
-	e.App.Approval.CAFetcher = func(context.Context, string) ([]byte, error) { return ca, nil }
-	e.App.Approval.AdminKubeconfigFetcher = func(context.Context, string) ([]byte, error) { return kcAdminKubeconfig(ca), nil }
+	src.setCA(func(context.Context, string) ([]byte, error) { return ca, nil })
+	src.setAdmin(func(context.Context, string) ([]byte, error) { return kcAdminKubeconfig(ca), nil })
 	kcSetPhase(t, e, "kc-a", "READY")
 	kcSetPhase(t, e, "kc-b", "DEGRADED") // usable too
 
@@ -226,14 +270,14 @@ func btoi(b bool) int {
 }
 
 func TestKubeconfigContent(t *testing.T) {
-	e := kcSetup(t)
+	e, src := kcSetup(t)
 	ca := kcCA(t)
-	e.App.Approval.CAFetcher = func(_ context.Context, id string) ([]byte, error) {
+	src.setCA(func(_ context.Context, id string) ([]byte, error) {
 		if id != "kc-a" {
 			t.Errorf("CA fetched for %q", id)
 		}
 		return ca, nil
-	}
+	})
 
 	// Not before it is READY (or DEGRADED).
 	_, err := kcGet(t, e, "bob", kcVCA, false)
@@ -302,16 +346,16 @@ func TestKubeconfigContent(t *testing.T) {
 	}
 
 	// The CA not known yet: FAILED_PRECONDITION, the cause stays in the logs.
-	e.App.Approval.CAFetcher = func(context.Context, string) ([]byte, error) {
+	src.setCA(func(context.Context, string) ([]byte, error) {
 		return nil, errors.New(`secrets "vc-kc-a" not found`)
-	}
+	})
 	_, err = kcGet(t, e, "bob", kcVCA, false)
 	if status.Code(err) != codes.FailedPrecondition || kcReason(err) != "KUBECONFIG_UNAVAILABLE" ||
 		strings.Contains(status.Convert(err).Message(), "secrets") {
 		t.Errorf("CA error: %v (%s)", err, kcReason(err))
 	}
 	// No CA source (no host cluster): a kubeconfig without CA data.
-	e.App.Approval.CAFetcher = nil
+	src.setCA(nil)
 	got, err = kcGet(t, e, "bob", kcVCA, false)
 	if err != nil {
 		t.Fatal(err)
@@ -323,7 +367,7 @@ func TestKubeconfigContent(t *testing.T) {
 }
 
 func TestKubeconfigBreakGlassAudited(t *testing.T) {
-	e := kcSetup(t)
+	e, src := kcSetup(t)
 	ca := kcCA(t)
 	kcSetPhase(t, e, "kc-b", "READY")
 
@@ -333,9 +377,9 @@ func TestKubeconfigBreakGlassAudited(t *testing.T) {
 	if status.Code(err) != codes.FailedPrecondition || kcReason(err) != "KUBECONFIG_UNAVAILABLE" {
 		t.Fatalf("no fetcher: %v", err)
 	}
-	e.App.Approval.AdminKubeconfigFetcher = func(context.Context, string) ([]byte, error) {
+	src.setAdmin(func(context.Context, string) ([]byte, error) {
 		return nil, errors.New("secret not found")
-	}
+	})
 	if _, err := kcGet(t, e, "alice", kcVCB, true); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("fetcher error: %v", err)
 	}
@@ -343,12 +387,12 @@ func TestKubeconfigBreakGlassAudited(t *testing.T) {
 		t.Fatalf("%d audit events for break-glass attempts that handed out nothing", n)
 	}
 
-	e.App.Approval.AdminKubeconfigFetcher = func(_ context.Context, id string) ([]byte, error) {
+	src.setAdmin(func(_ context.Context, id string) ([]byte, error) {
 		if id != "kc-b" {
 			t.Errorf("admin kubeconfig fetched for %q", id)
 		}
 		return kcAdminKubeconfig(ca), nil
-	}
+	})
 	for i := 1; i <= 2; i++ {
 		got, err := kcGet(t, e, "alice", kcVCB, true)
 		if err != nil {

@@ -6,13 +6,16 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/gpuplane/gpuplane/internal/reconcile"
+	"github.com/gpuplane/gpuplane/internal/request"
+	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/telemetry"
+	"github.com/gpuplane/gpuplane/internal/tenancy"
+	"github.com/gpuplane/gpuplane/internal/virtualcluster"
 )
 
 // tracerProvider is opts.TracerProvider (tests) or the one the OTEL_*
@@ -39,9 +42,59 @@ func tracerProvider(ctx context.Context, opts Options, component string, log *sl
 
 // newRegistry is the /metrics registry: Go runtime and process metrics,
 // plus the reconcile queue read from the database at scrape time.
-func newRegistry(pool *pgxpool.Pool, log *slog.Logger) *prometheus.Registry {
+func newRegistry(db *store.DB, log *slog.Logger) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		reconcile.NewQueueCollector(pool, log))
+		reconcile.NewQueueCollector(db, log))
 	return reg
+}
+
+// stateCollectors are the scrape-time gauges about what the database holds:
+// virtual clusters per phase, requests per state, and per-team quota and
+// allocation. Each is one query, owned by the table's repository; every
+// phase and state is reported, zero included, so a series does not vanish
+// when its count drops to nothing.
+func stateCollectors(db *store.DB, log *slog.Logger) []prometheus.Collector {
+	vcs := prometheus.NewDesc("gpuplane_virtual_clusters", "Virtual clusters by phase.", []string{"phase"}, nil)
+	reqs := prometheus.NewDesc("gpuplane_requests", "Requests by state.", []string{"state"}, nil)
+	quota := prometheus.NewDesc("gpuplane_team_quota",
+		"Team quota by resource, in base units: resource=gpu in GPUs, cpu in cores, memory in bytes.", []string{"team", "resource"}, nil)
+	alloc := prometheus.NewDesc("gpuplane_team_allocated",
+		"What KAI reports allocated in the team's live virtual clusters (as last observed by the worker), by resource, in base units: resource=gpu in GPUs, cpu in cores, memory in bytes.",
+		[]string{"team", "resource"}, nil)
+	return []prometheus.Collector{
+		telemetry.NewQueryCollector("virtual_clusters", log, []*prometheus.Desc{vcs}, func(ctx context.Context, ch chan<- prometheus.Metric) error {
+			counts, err := virtualcluster.CountByPhase(ctx, db)
+			if err == nil {
+				telemetry.Counts(vcs, virtualcluster.PhasesWhere(virtualcluster.Phase.Valid), counts, ch)
+			}
+			return err
+		}),
+		telemetry.NewQueryCollector("requests", log, []*prometheus.Desc{reqs}, func(ctx context.Context, ch chan<- prometheus.Metric) error {
+			counts, err := request.CountByState(ctx, db)
+			if err == nil {
+				states := make([]string, len(request.States))
+				for i, s := range request.States {
+					states[i] = string(s)
+				}
+				telemetry.Counts(reqs, states, counts, ch)
+			}
+			return err
+		}),
+		telemetry.NewQueryCollector("teams", log, []*prometheus.Desc{quota, alloc}, func(ctx context.Context, ch chan<- prometheus.Metric) error {
+			usage, err := tenancy.Usage(ctx, db)
+			if err != nil {
+				return err
+			}
+			for _, u := range usage {
+				for _, m := range telemetry.ResourceGauges(quota, u.Team, int64(u.Quota.GPU), u.Quota.CPUMillis, u.Quota.MemoryBytes) {
+					ch <- m
+				}
+				for _, m := range telemetry.ResourceGauges(alloc, u.Team, int64(u.Allocated.GPU), u.Allocated.CPUMillis, u.Allocated.MemoryBytes) {
+					ch <- m
+				}
+			}
+			return nil
+		}),
+	}
 }

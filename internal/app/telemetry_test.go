@@ -17,6 +17,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/apptest"
 	"github.com/gpuplane/gpuplane/internal/envtestenv"
 	"github.com/gpuplane/gpuplane/internal/reconcile"
+	"github.com/gpuplane/gpuplane/internal/store"
 )
 
 // telSpanTree indexes recorded spans by parent.
@@ -138,7 +139,7 @@ func TestTraceFromApprovalToHostCluster(t *testing.T) {
 
 	// A worker run, as `gpuplane worker` would do it, on the server's host
 	// client (whose transport is traced) and tracer provider.
-	w := reconcile.New(e.App.Pool(), e.App.Host, slog.New(slog.NewTextHandler(io.Discard, nil)),
+	w := reconcile.New(store.New(e.App.Pool()), e.App.Host, slog.New(slog.NewTextHandler(io.Discard, nil)),
 		reconcile.Config{ID: "trace-test", TracerProvider: tp})
 	if n, err := w.RunOnce(context.Background()); err != nil || n != 1 {
 		t.Fatalf("RunOnce = %d, %v", n, err)

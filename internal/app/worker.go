@@ -66,8 +66,9 @@ func NewWorker(ctx context.Context, cfg Config, opts Options) (_ *WorkerProcess,
 	if err != nil {
 		return nil, err
 	}
-	reg := newRegistry(pool, p.log)
-	p.Worker = reconcile.New(pool, host, p.log, reconcile.Config{Concurrency: cfg.WorkerConcurrency, Resync: cfg.ResyncInterval,
+	db := store.New(pool)
+	reg := newRegistry(db, p.log)
+	p.Worker = reconcile.New(db, host, p.log, reconcile.Config{Concurrency: cfg.WorkerConcurrency, Resync: cfg.ResyncInterval,
 		Metrics: reg, TracerProvider: tp})
 	if cfg.MetricsAddr != "" {
 		if p.lis, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {

@@ -865,7 +865,7 @@ func TestWorkflowExpiry(t *testing.T) {
 	}
 	expire := func(want int) {
 		t.Helper()
-		n, err := e.App.Approval.ExpireVirtualClusters(ctx)
+		n, err := e.App.Requests.ExpireVirtualClusters(ctx)
 		if err != nil || n != want {
 			t.Fatalf("ExpireVirtualClusters = %d, %v; want %d", n, err, want)
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/devenv"
 	"github.com/gpuplane/gpuplane/internal/devenv/oidcdev"
 	"github.com/gpuplane/gpuplane/internal/devenv/vclusterchart"
+	"github.com/gpuplane/gpuplane/internal/server/api"
 	"github.com/gpuplane/gpuplane/internal/store/storetest"
 	"github.com/gpuplane/gpuplane/internal/tenancy"
 )
@@ -91,6 +92,9 @@ type Options struct {
 	// TracerProvider records the server's spans (e.g. an SDK provider with
 	// an in-memory exporter); nil traces nothing.
 	TracerProvider trace.TracerProvider
+	// Kubeconfigs replaces the host cluster as the source of virtual
+	// clusters' CA and admin kubeconfig.
+	Kubeconfigs api.Kubeconfigs
 }
 
 // Start runs a server for the test and stops it at cleanup.
@@ -126,7 +130,7 @@ func Start(t testing.TB, o Options) *Env {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a, err := app.New(ctx, cfg, app.Options{Logger: logger, Capacity: o.Capacity, Now: o.Now, HostConfig: o.HostConfig,
-		TracerProvider: o.TracerProvider})
+		TracerProvider: o.TracerProvider, Kubeconfigs: o.Kubeconfigs})
 	if err != nil {
 		cancel()
 		t.Fatalf("apptest: start server: %v", err)
@@ -153,7 +157,7 @@ func Start(t testing.TB, o Options) *Env {
 		}
 	})
 	if o.Seed {
-		if err := devenv.Seed(context.Background(), a.Tenancy); err != nil {
+		if err := devenv.Seed(context.Background(), a.API); err != nil {
 			t.Fatalf("apptest: seed: %v", err)
 		}
 	}

@@ -1,55 +1,45 @@
-// Package audit writes audit events inside the caller's transaction, so a
-// change and its record commit or roll back together, and reads them back.
+// Package audit owns the audit_events table: events are written inside the
+// caller's transaction, so a change and its record commit or roll back
+// together, and listed newest first. The API call's correlation id comes
+// from the context (reqctx), never from the caller.
 package audit
 
 import (
 	"context"
 	"encoding/json"
-	"fmt"
+	"math"
+	"time"
 
 	"github.com/jackc/pgx/v5"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 
-	"github.com/gpuplane/gpuplane/internal/identity"
+	"github.com/gpuplane/gpuplane/internal/reqctx"
+	"github.com/gpuplane/gpuplane/internal/store"
+	"github.com/gpuplane/gpuplane/internal/store/filter"
 )
 
 // Event is one change.
 type Event struct {
-	Actor         identity.Principal
-	Action        string // e.g. "CreateTeam"
-	Resource      string // e.g. "teams/team-a"
-	RequestID     string // the caller's idempotency key
-	CorrelationID string // the API call's x-request-id
-	Department    string // scope for reads (department id)
-	Team          string // scope for reads (team id)
-	Before, After proto.Message
+	Actor      reqctx.Principal
+	Action     string // e.g. "CreateTeam"
+	Resource   string // e.g. "teams/team-a"
+	RequestID  string // the caller's idempotency key
+	Department string // scope for reads (department id)
+	Team       string // scope for reads (team id)
+	// Before and After are snapshots of the resource as the API renders it
+	// (the domain types' Snapshot methods); nil leaves the column NULL.
+	Before, After any
 }
 
-// SystemActor is the principal for changes the platform makes itself.
-func SystemActor(component string) identity.Principal {
-	return identity.Principal{Subject: "system:" + component, Username: "system:" + component}
-}
-
-var marshal = protojson.MarshalOptions{UseProtoNames: true}
-
-func toJSON(m proto.Message) ([]byte, error) {
-	if m == nil {
+func toJSON(v any) ([]byte, error) {
+	if v == nil {
 		return nil, nil
 	}
-	b, err := marshal.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	// protojson output is not byte-stable on purpose; jsonb normalises it.
-	if !json.Valid(b) {
-		return nil, fmt.Errorf("audit: invalid JSON for %T", m)
-	}
-	return b, nil
+	return json.Marshal(v)
 }
 
-// Record inserts e using tx.
-func Record(ctx context.Context, tx pgx.Tx, e Event) error {
+// Record inserts e using tx; the correlation id is the API call's id from
+// ctx ("" for the platform's own work).
+func Record(ctx context.Context, tx *store.Tx, e Event) error {
 	before, err := toJSON(e.Before)
 	if err != nil {
 		return err
@@ -70,7 +60,58 @@ func Record(ctx context.Context, tx pgx.Tx, e Event) error {
 		INSERT INTO audit_events (time, actor, actor_groups, action, resource, request_id, correlation_id,
 		                          department_id, team_id, before, after)
 		VALUES (clock_timestamp(), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-		e.Actor.Subject, groups, e.Action, e.Resource, e.RequestID, e.CorrelationID,
+		e.Actor.Subject, groups, e.Action, e.Resource, e.RequestID, reqctx.CorrelationID(ctx),
 		e.Department, e.Team, before, after)
 	return err
+}
+
+// Stored is an event as read back.
+type Stored struct {
+	ID            int64
+	Time          time.Time
+	Actor         string
+	ActorGroups   []string
+	Action        string
+	Resource      string
+	RequestID     string
+	CorrelationID string
+	Department    string // id
+	Team          string // id
+	Before, After map[string]any
+}
+
+var eventFilter = filter.Schema{
+	"resource":   {Column: "resource", Type: filter.String, Prefix: true},
+	"actor":      {Column: "actor", Type: filter.String},
+	"action":     {Column: "action", Type: filter.String},
+	"team":       {Column: "team_id", Type: filter.String, Strip: "teams/"},
+	"department": {Column: "department_id", Type: filter.String, Strip: "departments/"},
+	"time":       {Column: "time", Type: filter.Timestamp},
+	"request_id": {Column: "request_id", Type: filter.String},
+}
+
+// FirstPage is the Before of the first page of List.
+const FirstPage = int64(math.MaxInt64)
+
+// List returns events with id below before, newest first, in scope (rows
+// of its teams and departments; all with Scope.All), and whether more
+// follow.
+func List(ctx context.Context, q store.Querier, pageSize int32, filterExpr string, before int64, scope store.Scope) ([]Stored, bool, error) {
+	lq, err := store.NewList(pageSize, filterExpr, eventFilter)
+	if err != nil {
+		return nil, false, err
+	}
+	lq.Where("id < " + lq.Arg(before))
+	if !scope.All {
+		lq.Where("team_id = ANY(" + lq.Arg(scope.Teams) + ") OR department_id = ANY(" + lq.Arg(scope.Departments) + ")")
+	}
+	return store.FetchPage(ctx, q, lq, `SELECT id, time, actor, actor_groups, action, resource, request_id,
+		correlation_id, department_id, team_id, before, after FROM audit_events`, "id DESC", scan)
+}
+
+func scan(row pgx.Row) (Stored, error) {
+	var e Stored
+	err := row.Scan(&e.ID, &e.Time, &e.Actor, &e.ActorGroups, &e.Action, &e.Resource, &e.RequestID,
+		&e.CorrelationID, &e.Department, &e.Team, &e.Before, &e.After)
+	return e, err
 }

@@ -10,9 +10,9 @@ import (
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 	"github.com/gpuplane/gpuplane/internal/devenv/oidcdev"
 	"github.com/gpuplane/gpuplane/internal/errs"
-	"github.com/gpuplane/gpuplane/internal/identity"
 	"github.com/gpuplane/gpuplane/internal/quota"
-	"github.com/gpuplane/gpuplane/internal/tenancy"
+	"github.com/gpuplane/gpuplane/internal/reqctx"
+	"github.com/gpuplane/gpuplane/internal/server/api"
 )
 
 // PlatformAdminGroup is the demo platform-admin group.
@@ -34,10 +34,10 @@ var DemoUsers = []oidcdev.User{
 func Email(user string) string { return user + "@example.com" }
 
 // Principal is what the server sees for a demo user's token.
-func Principal(user string) identity.Principal {
+func Principal(user string) reqctx.Principal {
 	for _, u := range DemoUsers {
 		if u.Username == user {
-			return identity.Principal{Subject: oidcdev.Subject(user), Username: Email(user), Email: Email(user), Groups: u.Groups}
+			return reqctx.Principal{Subject: oidcdev.Subject(user), Username: Email(user), Email: Email(user), Groups: u.Groups}
 		}
 	}
 	panic("unknown demo user " + user)
@@ -48,12 +48,12 @@ func Principal(user string) identity.Principal {
 var DemoCapacity = quota.Resources{GPU: quota.GPUs(16), CPUMillis: 256_000, MemoryBytes: 2 << 40}
 
 // Seed creates the demo department, teams and members through the real
-// services as alice, so the audit log shows them. Safe to run again.
-func Seed(ctx context.Context, t *tenancy.Service) error {
-	ctx = identity.WithPrincipal(ctx, Principal("alice"))
-	depts := &tenancy.Departments{Service: t}
-	teams := &tenancy.Teams{Service: t}
-	members := &tenancy.Members{Service: t}
+// API handlers as alice, so the audit log shows them. Safe to run again.
+func Seed(ctx context.Context, a *api.API) error {
+	ctx = reqctx.WithPrincipal(ctx, Principal("alice"))
+	depts := &api.Departments{API: a}
+	teams := &api.Teams{API: a}
+	members := &api.Members{API: a}
 	gi := int64(1 << 30)
 	ignoreExists := func(err error) error {
 		if errs.KindOf(err) == errs.KindAlreadyExists {

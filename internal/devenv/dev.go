@@ -109,7 +109,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	if err := Seed(ctx, a.Tenancy); err != nil {
+	if err := Seed(ctx, a.API); err != nil {
 		return fmt.Errorf("seed demo data: %w", err)
 	}
 	printWalkthrough(o.Out, a.HTTPAddr(), a.GRPCAddr())

@@ -1,7 +1,6 @@
 package identity_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 
@@ -43,22 +42,5 @@ func TestBearerToken(t *testing.T) {
 		if strings.TrimSpace(in) != "" && strings.Contains(err.Error(), strings.TrimSpace(in)) {
 			t.Errorf("error for %q echoes the header", in)
 		}
-	}
-}
-
-func TestPrincipalContextAndString(t *testing.T) {
-	if _, ok := identity.PrincipalFrom(context.Background()); ok {
-		t.Error("principal found in an empty context")
-	}
-	p := identity.Principal{Subject: "user-alice", Username: "alice@example.com", Email: "alice@example.com", Groups: []string{"a", "b"}}
-	got, ok := identity.PrincipalFrom(identity.WithPrincipal(context.Background(), p))
-	if !ok || got.Subject != p.Subject || got.Username != p.Username {
-		t.Errorf("round trip = %#v, %v", got, ok)
-	}
-	if s := p.String(); s != "alice@example.com (sub=user-alice, groups=a,b)" {
-		t.Errorf("String() = %q", s)
-	}
-	if s := (identity.Principal{Subject: "x"}).String(); s != "<anonymous> (sub=x)" {
-		t.Errorf("String() = %q", s)
 	}
 }

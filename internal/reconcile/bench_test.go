@@ -37,6 +37,7 @@ import (
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/reconcile"
+	"github.com/gpuplane/gpuplane/internal/store"
 )
 
 // benchSpec is a small CPU-only virtual cluster of team-a: a hundred fit in
@@ -46,7 +47,7 @@ func benchSpec() *pb.VirtualClusterSpec { return vcSpec("0", 10, 0) }
 // benchWorker is the worker as deployed (Poll and Lease defaults) with
 // concurrency 8.
 func benchWorker(h *harness, host reconcile.Host) *reconcile.Worker {
-	return reconcile.New(h.pool, host, discard, reconcile.Config{ID: "bench", Concurrency: 8, Resync: time.Hour})
+	return reconcile.New(store.New(h.pool), host, discard, reconcile.Config{ID: "bench", Concurrency: 8, Resync: time.Hour})
 }
 
 // appliedCount counts the virtual clusters among ids whose current

@@ -27,6 +27,7 @@ import (
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/reconcile"
+	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/workqueue"
 )
 
@@ -211,7 +212,7 @@ func TestDriftIsRepaired(t *testing.T) {
 	if err := h.kube.NetworkingV1().NetworkPolicies(hostcluster.NamespaceName(id)).Delete(h.ctx, hostcluster.NetworkPolicyName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := reconcile.Resync(h.ctx, h.pool); err != nil || n != 1 {
+	if n, err := workqueue.Resync(h.ctx, h.pool); err != nil || n != 1 {
 		t.Fatalf("Resync queued %d (%v), want 1", n, err)
 	}
 	h.runOnce(t, h.worker(nil, workerConfig("w2")))
@@ -387,7 +388,7 @@ func (h *harness) crash(t *testing.T, id, step string, lease time.Duration) stri
 	ks := &killSwitch{}
 	cfg := workerConfig("crashed-" + id)
 	cfg.Concurrency, cfg.Lease = 1, lease
-	w := reconcile.New(h.pool, h.newHost(ks.DialContext), discard, cfg)
+	w := reconcile.New(store.New(h.pool), h.newHost(ks.DialContext), discard, cfg)
 	ctx, cancel := context.WithCancel(h.ctx)
 	defer cancel()
 	var hit atomic.Bool
@@ -438,14 +439,9 @@ func TestCrashAtEveryStep(t *testing.T) {
 		{step: "observe-before", before: func(t *testing.T, id string) string {
 			ready(t, id)
 			// A resync of this virtual cluster (drift repair pass).
-			tx, err := h.pool.Begin(h.ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := workqueue.Enqueue(h.ctx, tx, id); err != nil {
-				t.Fatal(err)
-			}
-			if err := tx.Commit(h.ctx); err != nil {
+			if err := store.New(h.pool).InTx(h.ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+				return workqueue.Enqueue(ctx, tx, id)
+			}); err != nil {
 				t.Fatal(err)
 			}
 			return ""
@@ -503,7 +499,7 @@ func TestInterruptedHelmOperation(t *testing.T) {
 		ks := &killSwitch{}
 		cfg := workerConfig("crashed-" + id)
 		cfg.Concurrency, cfg.Lease = 1, lease
-		w := reconcile.New(h.pool, h.newHost(ks.DialContext), discard, cfg)
+		w := reconcile.New(store.New(h.pool), h.newHost(ks.DialContext), discard, cfg)
 		ctx, cancel := context.WithCancel(h.ctx)
 		defer cancel()
 		watcher, err := h.kube.CoreV1().Secrets(hostcluster.NamespaceName(id)).Watch(h.ctx, metav1.ListOptions{LabelSelector: "owner=helm,status=" + status})
@@ -782,7 +778,7 @@ func TestGPUPodsWithoutLimit(t *testing.T) {
 
 // 7c. A resync of a READY virtual cluster that fails because the host
 // cluster cannot be reached must not turn it FAILED: READY -> FAILED is not
-// a phase transition the state machine allows (approval.CanMovePhase), and
+// a phase transition the state machine allows (virtualcluster.Phase.CanMoveTo), and
 // FAILED is terminal (no resync, only a new request revives it), so a short
 // host outage would otherwise fail every healthy virtual cluster for good.
 func TestHostOutageDuringResync(t *testing.T) {
@@ -799,10 +795,10 @@ func TestHostOutageDuringResync(t *testing.T) {
 	ks.Kill()
 	cfg := workerConfig("cut-off")
 	cfg.MaxAttempts, cfg.BackoffBase, cfg.BackoffMax = 2, 20*time.Millisecond, 50*time.Millisecond
-	if _, err := reconcile.Resync(h.ctx, h.pool); err != nil {
+	if _, err := workqueue.Resync(h.ctx, h.pool); err != nil {
 		t.Fatal(err)
 	}
-	stop = h.start(t, reconcile.New(h.pool, h.newHost(ks.DialContext), h.log, cfg))
+	stop = h.start(t, reconcile.New(store.New(h.pool), h.newHost(ks.DialContext), h.log, cfg))
 	h.waitIdle(t)
 	stop()
 	v := h.vc(t, id)
@@ -818,7 +814,7 @@ func TestHostOutageDuringResync(t *testing.T) {
 	}
 
 	// The host is back: the next resync restores READY.
-	if _, err := reconcile.Resync(h.ctx, h.pool); err != nil {
+	if _, err := workqueue.Resync(h.ctx, h.pool); err != nil {
 		t.Fatal(err)
 	}
 	stop = h.start(t, h.worker(nil, workerConfig("w2")))

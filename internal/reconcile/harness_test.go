@@ -34,14 +34,15 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
-	"github.com/gpuplane/gpuplane/internal/approval"
 	"github.com/gpuplane/gpuplane/internal/apptest"
 	"github.com/gpuplane/gpuplane/internal/devenv"
 	"github.com/gpuplane/gpuplane/internal/devenv/vclusterchart"
 	"github.com/gpuplane/gpuplane/internal/envtestenv"
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/reconcile"
+	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/store/storetest"
+	"github.com/gpuplane/gpuplane/internal/virtualcluster"
 )
 
 func TestMain(m *testing.M) {
@@ -166,7 +167,7 @@ func (h *harness) worker(host reconcile.Host, cfg reconcile.Config) *reconcile.W
 	if host == nil {
 		host = h.newHost(nil)
 	}
-	return reconcile.New(h.pool, host, h.log, cfg)
+	return reconcile.New(store.New(h.pool), host, h.log, cfg)
 }
 
 // runOnce processes everything due now.
@@ -271,7 +272,7 @@ func (h *harness) wantRequest(t testing.TB, name string, want pb.Request_State) 
 // vc reads a virtual cluster through the API.
 func (h *harness) vc(t testing.TB, id string) *pb.VirtualCluster {
 	t.Helper()
-	row, err := approval.GetVirtualClusterRow(h.ctx, h.pool, id, false)
+	row, err := virtualcluster.Get(h.ctx, h.pool, id, false)
 	if err != nil {
 		t.Fatalf("virtual cluster %s: %v", id, err)
 	}

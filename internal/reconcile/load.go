@@ -1,23 +1,24 @@
 // Package reconcile is the worker: it claims virtual clusters from the work
-// queue, converges the host cluster on their desired state through
-// internal/hostcluster, and writes status back to PostgreSQL.
+// queue (internal/workqueue), converges the host cluster on their desired
+// state through internal/hostcluster, and writes status back through the
+// domain repositories (virtualcluster, request). It never imports the API
+// layer.
 package reconcile
 
 import (
 	"context"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/gpuplane/gpuplane/internal/approval"
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/quota"
+	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/tenancy"
+	"github.com/gpuplane/gpuplane/internal/virtualcluster"
 )
 
 // desiredState is everything about one virtual cluster the host needs.
 type desiredState struct {
-	vc   approval.VirtualClusterRow
-	team tenancy.TeamRow
+	vc   virtualcluster.VirtualCluster
+	team tenancy.Team
 	host hostcluster.VirtualCluster
 }
 
@@ -26,42 +27,42 @@ func quantities(r quota.Resources) hostcluster.Quantities {
 }
 
 // load reads the virtual cluster with its team, department and members.
-func load(ctx context.Context, pool *pgxpool.Pool, id string) (desiredState, error) {
+func load(ctx context.Context, q store.Querier, id string) (desiredState, error) {
 	var d desiredState
-	vc, err := approval.GetVirtualClusterRow(ctx, pool, id, false)
+	vc, err := virtualcluster.Get(ctx, q, id, false)
 	if err != nil {
 		return d, err
 	}
-	team, err := tenancy.GetTeam(ctx, pool, vc.Team, false)
+	team, err := tenancy.GetTeam(ctx, q, vc.Team, false)
 	if err != nil {
 		return d, err
 	}
-	var budget quota.Resources
-	if err := pool.QueryRow(ctx, `SELECT gpu_centi, cpu_millis, memory_bytes FROM departments WHERE id = $1`, team.Department).
-		Scan(&budget.GPU, &budget.CPUMillis, &budget.MemoryBytes); err != nil {
-		return d, err
-	}
-	members, err := tenancy.ListTeamMembers(ctx, pool, team.ID)
+	budget, err := tenancy.Budget(ctx, q, team.Department, false)
 	if err != nil {
 		return d, err
 	}
-	leaf := hostcluster.QueueSpec{Quota: quantities(vc.Quota), OverQuotaWeight: float64(vc.OverQuotaWeight), Priority: vc.Priority}
-	if vc.Limit != nil {
-		l := quantities(*vc.Limit)
+	members, err := tenancy.MembersOfTeam(ctx, q, team.ID)
+	if err != nil {
+		return d, err
+	}
+	spec := vc.Spec
+	leaf := hostcluster.QueueSpec{Quota: quantities(spec.Quota), OverQuotaWeight: float64(spec.OverQuotaWeight), Priority: spec.Priority}
+	if spec.Limit != nil {
+		l := quantities(*spec.Limit)
 		leaf.Limit = &l
 	}
 	h := hostcluster.VirtualCluster{
-		Name: vc.ID, Team: team.ID, Department: team.Department, Tier: team.Tier,
-		AllowFractionalGPUs: vc.AllowFractionalGPUs,
+		Name: vc.ID, Team: team.ID, Department: team.Department, Tier: string(team.Tier),
+		AllowFractionalGPUs: spec.AllowFractionalGPUs,
 		Leaf:                leaf,
 		TeamQueue:           hostcluster.QueueSpec{Quota: quantities(team.Quota), OverQuotaWeight: 1, Priority: 100},
 		DepartmentQueue:     hostcluster.QueueSpec{Quota: quantities(budget), OverQuotaWeight: 1, Priority: 100},
-		KubernetesVersion:   vc.KubernetesVersion,
-		ChartVersion:        vc.ChartVersion,
+		KubernetesVersion:   spec.KubernetesVersion,
+		ChartVersion:        spec.ChartVersion,
 		Generation:          vc.Generation,
 	}
 	for _, m := range members {
-		h.Members = append(h.Members, hostcluster.Member{Kind: m.Kind, Name: m.Principal, Role: m.Role})
+		h.Members = append(h.Members, hostcluster.Member{Kind: string(m.Kind), Name: m.Principal, Role: string(m.Role)})
 	}
 	return desiredState{vc: vc, team: team, host: h}, nil
 }

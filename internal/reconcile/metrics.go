@@ -7,12 +7,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
+	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/telemetry"
+	"github.com/gpuplane/gpuplane/internal/workqueue"
 )
 
 // Job kinds and outcomes, the labels of gpuplane_reconcile_*.
@@ -106,9 +107,9 @@ type jobKey struct{}
 // REST call to the host cluster; work nobody traced starts a new trace.
 func (t *workerTelemetry) startJob(ctx context.Context, c claim) (context.Context, *job) {
 	j := &job{t: t, start: time.Now(), kind: KindNone}
-	parent := telemetry.ContextWithTraceParent(ctx, c.traceParent)
+	parent := telemetry.ContextWithTraceParent(ctx, c.TraceParent)
 	ctx, j.span = t.tracer.Start(parent, "reconcile", trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(telemetry.AttrVirtualCluster.String(c.vcID), telemetry.AttrAttempt.Int(c.attempts)))
+		trace.WithAttributes(telemetry.AttrVirtualCluster.String(c.VirtualCluster), telemetry.AttrAttempt.Int(c.Attempts)))
 	t.m.inFlight.Inc()
 	return context.WithValue(ctx, jobKey{}, j), j
 }
@@ -137,7 +138,7 @@ func (w *Worker) outcome(ctx context.Context, c claim, err error) string {
 	switch {
 	case ctx.Err() != nil:
 		return OutcomeCanceled
-	case err != nil && c.attempts < w.cfg.MaxAttempts && !permanent(err):
+	case err != nil && c.Attempts < w.cfg.MaxAttempts && !permanent(err):
 		return OutcomeRetry
 	case err != nil:
 		return OutcomeFailed
@@ -234,29 +235,21 @@ func snake(s string) string {
 // worker), gpuplane_reconcile_queue_leased (being worked on) and
 // gpuplane_reconcile_queue_oldest_due_age_seconds (how long the oldest due
 // item has waited; 0 when none).
-func NewQueueCollector(pool *pgxpool.Pool, log *slog.Logger) prometheus.Collector {
+func NewQueueCollector(q store.Querier, log *slog.Logger) prometheus.Collector {
 	depth := prometheus.NewDesc("gpuplane_reconcile_queue_depth", "Virtual clusters queued for a reconcile (reconcile_work rows).", nil, nil)
 	due := prometheus.NewDesc("gpuplane_reconcile_queue_due", "Queued virtual clusters due now and not leased: waiting for a worker.", nil, nil)
 	leased := prometheus.NewDesc("gpuplane_reconcile_queue_leased", "Queued virtual clusters a worker holds a lease on.", nil, nil)
 	oldest := prometheus.NewDesc("gpuplane_reconcile_queue_oldest_due_age_seconds", "How long the oldest due, unleased work item has been due (0 when none).", nil, nil)
 	return telemetry.NewQueryCollector("reconcile_queue", log, []*prometheus.Desc{depth, due, leased, oldest},
 		func(ctx context.Context, ch chan<- prometheus.Metric) error {
-			var nDepth, nDue, nLeased int64
-			var age float64
-			err := pool.QueryRow(ctx, `
-				SELECT count(*),
-				       count(*) FILTER (WHERE run_after <= now() AND (lease_expire_time IS NULL OR lease_expire_time < now())),
-				       count(*) FILTER (WHERE lease_expire_time >= now()),
-				       COALESCE(EXTRACT(EPOCH FROM now() - min(run_after)
-				         FILTER (WHERE run_after <= now() AND (lease_expire_time IS NULL OR lease_expire_time < now()))), 0)::float8
-				  FROM reconcile_work`).Scan(&nDepth, &nDue, &nLeased, &age)
+			st, err := workqueue.Stats(ctx, q)
 			if err != nil {
 				return err
 			}
-			ch <- prometheus.MustNewConstMetric(depth, prometheus.GaugeValue, float64(nDepth))
-			ch <- prometheus.MustNewConstMetric(due, prometheus.GaugeValue, float64(nDue))
-			ch <- prometheus.MustNewConstMetric(leased, prometheus.GaugeValue, float64(nLeased))
-			ch <- prometheus.MustNewConstMetric(oldest, prometheus.GaugeValue, age)
+			ch <- prometheus.MustNewConstMetric(depth, prometheus.GaugeValue, float64(st.Depth))
+			ch <- prometheus.MustNewConstMetric(due, prometheus.GaugeValue, float64(st.Due))
+			ch <- prometheus.MustNewConstMetric(leased, prometheus.GaugeValue, float64(st.Leased))
+			ch <- prometheus.MustNewConstMetric(oldest, prometheus.GaugeValue, st.OldestDueAge.Seconds())
 			return nil
 		})
 }

@@ -6,19 +6,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"google.golang.org/protobuf/types/known/timestamppb"
-
-	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
-	"github.com/gpuplane/gpuplane/internal/approval"
 	"github.com/gpuplane/gpuplane/internal/audit"
 	"github.com/gpuplane/gpuplane/internal/errs"
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/quota"
+	"github.com/gpuplane/gpuplane/internal/reqctx"
+	"github.com/gpuplane/gpuplane/internal/request"
 	"github.com/gpuplane/gpuplane/internal/store"
+	vcs "github.com/gpuplane/gpuplane/internal/virtualcluster"
 )
 
-var actor = audit.SystemActor("worker")
+var actor = reqctx.System("worker")
 
 // Condition types, one per thing that must hold for READY.
 const (
@@ -40,7 +38,7 @@ func (w *Worker) step(name string) {
 // process runs one claimed reconcile to its outcome.
 func (w *Worker) process(ctx context.Context, c claim) {
 	ctx, job := w.tel.startJob(ctx, c)
-	log := w.Log.With("virtual_cluster", c.vcID, "attempt", c.attempts)
+	log := w.Log.With("virtual_cluster", c.VirtualCluster, "attempt", c.Attempts)
 	start := time.Now()
 	stopRenewing := w.renewLease(ctx, c)
 	err := w.reconcile(ctx, &c)
@@ -64,7 +62,7 @@ func (w *Worker) process(ctx context.Context, c claim) {
 func (w *Worker) reconcile(ctx context.Context, cp *claim) error {
 	w.step("load")
 	c := *cp
-	d, err := load(ctx, w.Pool, c.vcID)
+	d, err := load(ctx, w.DB, c.VirtualCluster)
 	if errs.KindOf(err) == errs.KindNotFound {
 		return w.done(ctx, c)
 	}
@@ -72,8 +70,8 @@ func (w *Worker) reconcile(ctx context.Context, cp *claim) error {
 		return err
 	}
 	cp.generation = d.vc.Generation
-	switch d.vc.Phase {
-	case approval.PhaseDeleting:
+	switch {
+	case d.vc.Phase == vcs.PhaseDeleting:
 		w.step("delete")
 		if err := w.Host.Delete(ctx, d.host); err != nil {
 			return err
@@ -83,14 +81,14 @@ func (w *Worker) reconcile(ctx context.Context, cp *claim) error {
 			return err
 		}
 		return w.done(ctx, c)
-	case approval.PhaseProvisioning, approval.PhaseReady, approval.PhaseDegraded:
+	case d.vc.Phase.NeedsResync():
 	default:
 		// PENDING_APPROVAL, REJECTED, DELETED, FAILED: nothing to converge.
 		return w.done(ctx, c)
 	}
 
 	var drift []string
-	if d.vc.Phase != approval.PhaseProvisioning {
+	if d.vc.Phase != vcs.PhaseProvisioning {
 		w.step("observe-before")
 		before, err := w.Host.Observe(ctx, d.host)
 		if err != nil {
@@ -111,12 +109,12 @@ func (w *Worker) reconcile(ctx context.Context, cp *claim) error {
 		return err
 	}
 	conds := conditions(d.vc.Conditions, obs, d.vc.Generation)
-	phase := approval.PhaseProvisioning
+	phase := vcs.PhaseProvisioning
 	msg := "waiting for: " + strings.Join(notReady(conds), ", ")
 	if obs.Ready() {
-		phase, msg = approval.PhaseReady, ""
-	} else if d.vc.Phase != approval.PhaseProvisioning && d.vc.ObservedGeneration == d.vc.Generation {
-		phase = approval.PhaseDegraded
+		phase, msg = vcs.PhaseReady, ""
+	} else if d.vc.Phase != vcs.PhaseProvisioning && d.vc.ObservedGeneration == d.vc.Generation {
+		phase = vcs.PhaseDegraded
 		msg = "degraded: " + strings.Join(notReady(conds), ", ") + " not ready"
 	}
 	w.step("record-status")
@@ -129,7 +127,7 @@ func (w *Worker) reconcile(ctx context.Context, cp *claim) error {
 			return err
 		}
 	}
-	if phase == approval.PhaseReady {
+	if phase == vcs.PhaseReady {
 		return w.done(ctx, c)
 	}
 	// The control plane or kubeconfig is not there yet: look again soon
@@ -141,127 +139,79 @@ func (w *Worker) reconcile(ctx context.Context, cp *claim) error {
 // writeStatus stores conditions (and phase/message/observation when set)
 // and, once the host reflects generation G, marks requests that targeted
 // G or earlier as APPLIED.
-func (w *Worker) writeStatus(ctx context.Context, d desiredState, conds []*pb.Condition, phase string, msg *string, obs *hostcluster.Observed) error {
-	raw, err := approval.EncodeConditions(conds)
-	if err != nil {
-		return err
-	}
-	return store.InTx(ctx, w.Pool, store.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
-		cur, err := approval.GetVirtualClusterRow(ctx, tx, d.vc.ID, true)
+func (w *Worker) writeStatus(ctx context.Context, d desiredState, conds []vcs.Condition, phase vcs.Phase, msg *string, obs *hostcluster.Observed) error {
+	return w.DB.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+		cur, err := vcs.Get(ctx, tx, d.vc.ID, true)
 		if err != nil {
 			return err
 		}
-		if cur.Phase == approval.PhaseDeleting || cur.Phase == approval.PhaseDeleted {
+		if cur.Phase == vcs.PhaseDeleting || cur.Phase == vcs.PhaseDeleted {
 			return nil // a delete overtook us; its reconcile owns the status now
 		}
-		next := cur.Phase
-		if phase != "" && cur.Generation == d.vc.Generation && approval.CanMovePhase(cur.Phase, phase) {
-			next = phase
+		st := vcs.Status{Phase: cur.Phase, Conditions: conds, ObservedGeneration: cur.ObservedGeneration,
+			Message: cur.StatusMessage, Allocated: cur.Allocated, Endpoint: cur.Endpoint}
+		if phase != "" && cur.Generation == d.vc.Generation && cur.Phase.CanMoveTo(phase) {
+			st.Phase = phase
 		}
-		observed := cur.ObservedGeneration
 		if phase != "" && cur.Generation == d.vc.Generation {
-			observed = d.vc.Generation
+			st.ObservedGeneration = d.vc.Generation
 		}
-		message := cur.StatusMessage
 		if msg != nil {
-			message = *msg
+			st.Message = *msg
 		}
-		alloc := cur.Allocated
-		endpoint := cur.Endpoint
+		st.Message = truncate(st.Message, 2000)
 		if obs != nil {
 			if obs.Allocated != nil {
-				alloc = quota.Resources{GPU: quota.GPU(obs.Allocated.GPUCenti), CPUMillis: obs.Allocated.CPUMillis, MemoryBytes: obs.Allocated.MemoryBytes}
+				st.Allocated = quota.Resources{GPU: quota.GPU(obs.Allocated.GPUCenti), CPUMillis: obs.Allocated.CPUMillis, MemoryBytes: obs.Allocated.MemoryBytes}
 			}
-			endpoint = w.Host.Endpoint(d.vc.ID)
+			st.Endpoint = w.Host.Endpoint(d.vc.ID)
 		}
-		before := cur.Proto()
-		if _, err := tx.Exec(ctx, `UPDATE virtual_clusters SET phase = $2, conditions = $3, observed_generation = $4,
-			status_message = $5, alloc_gpu_centi = $6, alloc_cpu_millis = $7, alloc_memory_bytes = $8, endpoint = $9,
-			version = version + 1, update_time = now() WHERE id = $1`,
-			cur.ID, next, raw, observed, truncate(message, 2000), alloc.GPU, alloc.CPUMillis, alloc.MemoryBytes, endpoint); err != nil {
+		after, err := vcs.WriteStatus(ctx, tx, cur.ID, st)
+		if err != nil {
 			return err
 		}
-		if observed == d.vc.Generation {
-			if err := w.settleRequests(ctx, tx, d, observed, approval.StateApplied, ""); err != nil {
+		if st.ObservedGeneration == d.vc.Generation {
+			if err := request.Settle(ctx, tx, actor, d.vc.ID, d.team.Department, d.team.ID, st.ObservedGeneration, request.StateApplied, ""); err != nil {
 				return err
 			}
 		}
-		if next != cur.Phase {
-			after, err := approval.GetVirtualClusterRow(ctx, tx, cur.ID, false)
-			if err != nil {
-				return err
-			}
-			return audit.Record(ctx, tx, audit.Event{Actor: actor, Action: "VirtualClusterPhase" + phaseWord(next),
-				Resource: cur.Name(), Department: d.team.Department, Team: d.team.ID, Before: before, After: after.Proto()})
+		if st.Phase != cur.Phase {
+			return w.record(ctx, tx, d, "VirtualClusterPhase"+st.Phase.Word(), cur.Name(), cur.Snapshot(), after.Snapshot())
 		}
 		return nil
 	})
 }
 
-// phaseWord turns "PENDING_APPROVAL" into "PendingApproval" for action names.
-func phaseWord(p string) string {
-	var b strings.Builder
-	for _, part := range strings.Split(strings.ToLower(p), "_") {
-		if part != "" {
-			b.WriteString(strings.ToUpper(part[:1]) + part[1:])
-		}
-	}
-	return b.String()
-}
-
-// settleRequests moves APPROVED requests carried by generations up to gen
-// to state (APPLIED or FAILED).
-func (w *Worker) settleRequests(ctx context.Context, tx pgx.Tx, d desiredState, gen int64, state, failure string) error {
-	rows, err := tx.Query(ctx, `UPDATE requests SET state = $3, failure_message = $4, version = version + 1, update_time = now()
-		WHERE virtual_cluster_id = $1 AND state = 'APPROVED' AND target_generation <= $2 RETURNING id`,
-		d.vc.ID, gen, state, truncate(failure, 2000))
-	if err != nil {
-		return err
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return err
-	}
-	for _, id := range ids {
-		if err := audit.Record(ctx, tx, audit.Event{Actor: actor, Action: "Request" + phaseWord(state), Resource: "requests/" + id,
-			Department: d.team.Department, Team: d.team.ID}); err != nil {
-			return err
-		}
-	}
-	return nil
+// record writes one of the worker's audit events.
+func (w *Worker) record(ctx context.Context, tx *store.Tx, d desiredState, action, resource string, before, after any) error {
+	return audit.Record(ctx, tx, audit.Event{Actor: actor, Action: action, Resource: resource,
+		Department: d.team.Department, Team: d.team.ID, Before: before, After: after})
 }
 
 func (w *Worker) finishDelete(ctx context.Context, d desiredState) error {
-	return store.InTx(ctx, w.Pool, store.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
-		cur, err := approval.GetVirtualClusterRow(ctx, tx, d.vc.ID, true)
-		if err != nil || cur.Phase != approval.PhaseDeleting {
+	return w.DB.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+		cur, err := vcs.Get(ctx, tx, d.vc.ID, true)
+		if err != nil || cur.Phase != vcs.PhaseDeleting {
 			return err
 		}
-		before := cur.Proto()
-		if _, err := tx.Exec(ctx, `UPDATE virtual_clusters SET phase = 'DELETED', observed_generation = generation,
-			conditions = '[]', status_message = '', endpoint = '', alloc_gpu_centi = 0, alloc_cpu_millis = 0,
-			alloc_memory_bytes = 0, version = version + 1, update_time = now() WHERE id = $1`, cur.ID); err != nil {
-			return err
-		}
-		if err := w.settleRequests(ctx, tx, d, cur.Generation, approval.StateApplied, ""); err != nil {
-			return err
-		}
-		after, err := approval.GetVirtualClusterRow(ctx, tx, cur.ID, false)
+		after, err := vcs.MarkDeleted(ctx, tx, cur.ID)
 		if err != nil {
 			return err
 		}
-		return audit.Record(ctx, tx, audit.Event{Actor: actor, Action: "VirtualClusterDeleted", Resource: cur.Name(),
-			Department: d.team.Department, Team: d.team.ID, Before: before, After: after.Proto()})
+		if err := request.Settle(ctx, tx, actor, d.vc.ID, d.team.Department, d.team.ID, cur.Generation, request.StateApplied, ""); err != nil {
+			return err
+		}
+		return w.record(ctx, tx, d, "VirtualClusterDeleted", cur.Name(), cur.Snapshot(), after.Snapshot())
 	})
 }
 
 // fail records a failed attempt: retried with backoff, or FAILED (with the
 // requests it carried) once attempts run out or the error is permanent.
 func (w *Worker) fail(ctx context.Context, c claim, cause error) error {
-	if c.attempts < w.cfg.MaxAttempts && !permanent(cause) {
-		return w.later(ctx, c, w.backoff(c.attempts), cause)
+	if c.Attempts < w.cfg.MaxAttempts && !permanent(cause) {
+		return w.later(ctx, c, w.backoff(c.Attempts), cause)
 	}
-	d, err := load(ctx, w.Pool, c.vcID)
+	d, err := load(ctx, w.DB, c.VirtualCluster)
 	if err != nil {
 		return err
 	}
@@ -271,50 +221,36 @@ func (w *Worker) fail(ctx context.Context, c claim, cause error) error {
 	}
 	msg := oneLine(truncate(cause.Error(), 2000))
 	if !permanent(cause) {
-		msg = fmt.Sprintf("gave up after %d attempts: %s", c.attempts, msg)
+		msg = fmt.Sprintf("gave up after %d attempts: %s", c.Attempts, msg)
 	}
-	err = store.InTx(ctx, w.Pool, store.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
-		cur, err := approval.GetVirtualClusterRow(ctx, tx, d.vc.ID, true)
+	err = w.DB.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+		cur, err := vcs.Get(ctx, tx, d.vc.ID, true)
 		if err != nil {
 			return err
 		}
 		if cur.Generation != attempted {
 			return nil // a newer desired state arrived; it gets its own attempts
 		}
-		before := cur.Proto()
-		if cur.ObservedGeneration == cur.Generation && approval.CanMovePhase(cur.Phase, approval.PhaseDegraded) {
+		if cur.ObservedGeneration == cur.Generation && cur.Phase.CanMoveTo(vcs.PhaseDegraded) {
 			// The host already reflects this generation, so no change failed:
 			// the host cluster did (a resync or a readiness check). READY may
-			// not become FAILED (approval.CanMovePhase) and FAILED is never
+			// not become FAILED (Phase.CanMoveTo) and FAILED is never
 			// resynced; DEGRADED is, so the next resync tries again.
-			msg := fmt.Sprintf("degraded: %s (%d attempts; retried at the next resync)", oneLine(truncate(cause.Error(), 2000)), c.attempts)
-			if _, err := tx.Exec(ctx, `UPDATE virtual_clusters SET phase = $2, status_message = $3,
-				version = version + 1, update_time = now() WHERE id = $1`, cur.ID, approval.PhaseDegraded, msg); err != nil {
+			msg := fmt.Sprintf("degraded: %s (%d attempts; retried at the next resync)", oneLine(truncate(cause.Error(), 2000)), c.Attempts)
+			after, err := vcs.SetPhase(ctx, tx, cur.ID, vcs.PhaseDegraded, msg)
+			if err != nil || cur.Phase == vcs.PhaseDegraded {
 				return err
 			}
-			if cur.Phase == approval.PhaseDegraded {
-				return nil
-			}
-			after, err := approval.GetVirtualClusterRow(ctx, tx, cur.ID, false)
-			if err != nil {
-				return err
-			}
-			return audit.Record(ctx, tx, audit.Event{Actor: actor, Action: "VirtualClusterPhase" + phaseWord(approval.PhaseDegraded),
-				Resource: cur.Name(), Department: d.team.Department, Team: d.team.ID, Before: before, After: after.Proto()})
+			return w.record(ctx, tx, d, "VirtualClusterPhase"+vcs.PhaseDegraded.Word(), cur.Name(), cur.Snapshot(), after.Snapshot())
 		}
-		if _, err := tx.Exec(ctx, `UPDATE virtual_clusters SET phase = 'FAILED', status_message = $2,
-			version = version + 1, update_time = now() WHERE id = $1`, cur.ID, msg); err != nil {
-			return err
-		}
-		if err := w.settleRequests(ctx, tx, d, cur.Generation, approval.StateFailed, msg); err != nil {
-			return err
-		}
-		after, err := approval.GetVirtualClusterRow(ctx, tx, cur.ID, false)
+		after, err := vcs.SetPhase(ctx, tx, cur.ID, vcs.PhaseFailed, msg)
 		if err != nil {
 			return err
 		}
-		return audit.Record(ctx, tx, audit.Event{Actor: actor, Action: "VirtualClusterFailed", Resource: cur.Name(),
-			Department: d.team.Department, Team: d.team.ID, Before: before, After: after.Proto()})
+		if err := request.Settle(ctx, tx, actor, d.vc.ID, d.team.Department, d.team.ID, cur.Generation, request.StateFailed, truncate(msg, 2000)); err != nil {
+			return err
+		}
+		return w.record(ctx, tx, d, "VirtualClusterFailed", cur.Name(), cur.Snapshot(), after.Snapshot())
 	})
 	if err != nil {
 		return err
@@ -323,15 +259,12 @@ func (w *Worker) fail(ctx context.Context, c claim, cause error) error {
 }
 
 func (w *Worker) auditDrift(ctx context.Context, d desiredState, drift []string) error {
-	return store.InTx(ctx, w.Pool, store.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
-		cur, err := approval.GetVirtualClusterRow(ctx, tx, d.vc.ID, false)
+	return w.DB.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+		cur, err := vcs.Get(ctx, tx, d.vc.ID, false)
 		if err != nil {
 			return err
 		}
-		after := cur.Proto()
-		after.Status.Message = "repaired drift: " + strings.Join(drift, "; ")
-		return audit.Record(ctx, tx, audit.Event{Actor: actor, Action: "RepairDrift", Resource: cur.Name(),
-			Department: d.team.Department, Team: d.team.ID, After: after})
+		return w.record(ctx, tx, d, "RepairDrift", cur.Name(), nil, cur.Snapshot().WithMessage("repaired drift: "+strings.Join(drift, "; ")))
 	})
 }
 
@@ -361,28 +294,28 @@ func describeDrift(o hostcluster.Observed) []string {
 }
 
 // setCondition keeps last_transition_time when the status did not change.
-func setCondition(prev []*pb.Condition, typ string, ok bool, reason, message string, gen int64) *pb.Condition {
-	st := pb.Condition_FALSE
+func setCondition(prev []vcs.Condition, typ string, ok bool, reason, message string, gen int64) vcs.Condition {
+	st := vcs.ConditionFalse
 	if ok {
-		st = pb.Condition_TRUE
+		st = vcs.ConditionTrue
 	}
-	c := &pb.Condition{Type: typ, Status: st, Reason: reason, Message: message, ObservedGeneration: gen, LastTransitionTime: timestamppb.Now()}
+	c := vcs.Condition{Type: typ, Status: st, Reason: reason, Message: message, ObservedGeneration: gen, LastTransitionTime: time.Now()}
 	for _, p := range prev {
-		if p.GetType() == typ && p.GetStatus() == st {
-			c.LastTransitionTime = p.GetLastTransitionTime()
+		if p.Type == typ && p.Status == st {
+			c.LastTransitionTime = p.LastTransitionTime
 		}
 	}
 	return c
 }
 
-func conditions(prev []*pb.Condition, o hostcluster.Observed, gen int64) []*pb.Condition {
+func conditions(prev []vcs.Condition, o hostcluster.Observed, gen int64) []vcs.Condition {
 	why := func(ok bool, yes, no string) string {
 		if ok {
 			return yes
 		}
 		return no
 	}
-	return []*pb.Condition{
+	return []vcs.Condition{
 		setCondition(prev, CondNamespace, o.NamespaceExists, why(o.NamespaceExists, "Exists", "Missing"), "", gen),
 		setCondition(prev, CondQueues, o.QueuesInSync(), why(o.QueuesInSync(), "InSync", "Drifted"), "", gen),
 		setCondition(prev, CondGuardrails, o.GuardrailsPresent, why(o.GuardrailsPresent, "Present", "Missing"), strings.Join(o.GuardrailWarnings, "; "), gen),
@@ -402,12 +335,12 @@ func releaseMessage(o hostcluster.Observed) string {
 
 // conditionsFromSteps records a failed apply: steps before the failure
 // hold, the failing one is false with the error.
-func conditionsFromSteps(prev []*pb.Condition, steps hostcluster.Steps, gen int64) []*pb.Condition {
+func conditionsFromSteps(prev []vcs.Condition, steps hostcluster.Steps, gen int64) []vcs.Condition {
 	byStep := map[hostcluster.Step]string{
 		hostcluster.StepNamespace: CondNamespace, hostcluster.StepQueues: CondQueues, hostcluster.StepGuardrails: CondGuardrails,
 		hostcluster.StepNetworkPolicy: CondNetworkPolicy, hostcluster.StepRelease: CondRelease,
 	}
-	out := make([]*pb.Condition, 0, len(steps))
+	out := make([]vcs.Condition, 0, len(steps))
 	for _, s := range steps {
 		typ := byStep[s.Step]
 		if typ == "" {
@@ -422,11 +355,11 @@ func conditionsFromSteps(prev []*pb.Condition, steps hostcluster.Steps, gen int6
 	return out
 }
 
-func notReady(conds []*pb.Condition) []string {
+func notReady(conds []vcs.Condition) []string {
 	var out []string
 	for _, c := range conds {
-		if c.GetStatus() != pb.Condition_TRUE {
-			out = append(out, c.GetType())
+		if !c.IsTrue() {
+			out = append(out, c.Type)
 		}
 	}
 	return out

@@ -23,6 +23,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/errs"
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/reconcile"
+	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/store/storetest"
 )
 
@@ -144,7 +145,7 @@ func TestWorkerTelemetry(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			exp := tracetest.NewInMemoryExporter()
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-			w := reconcile.New(pool, tc.host, slog.New(slog.NewTextHandler(io.Discard, nil)),
+			w := reconcile.New(store.New(pool), tc.host, slog.New(slog.NewTextHandler(io.Discard, nil)),
 				reconcile.Config{ID: "w1", Metrics: reg, TracerProvider: tp, BackoffBase: time.Hour})
 			if n, err := w.RunOnce(context.Background()); err != nil || n != 1 {
 				t.Fatalf("RunOnce = %d, %v", n, err)
@@ -226,7 +227,7 @@ func TestWorkerReleasesLeasesOnShutdown(t *testing.T) {
 	entered := make(chan struct{})
 	host := &fakeHost{block: true, entered: entered}
 	reg := prometheus.NewRegistry()
-	w := reconcile.New(pool, host, slog.New(slog.NewTextHandler(io.Discard, nil)),
+	w := reconcile.New(store.New(pool), host, slog.New(slog.NewTextHandler(io.Discard, nil)),
 		reconcile.Config{ID: "w-shutdown", Lease: time.Hour, Poll: 20 * time.Millisecond, Metrics: reg})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

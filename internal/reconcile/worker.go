@@ -11,13 +11,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/gpuplane/gpuplane/internal/errs"
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
+	"github.com/gpuplane/gpuplane/internal/store"
+	"github.com/gpuplane/gpuplane/internal/workqueue"
 )
 
 // Host is what the worker needs from the host cluster; *hostcluster.Client
@@ -84,9 +84,9 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Worker consumes the reconcile queue.
+// Worker consumes the reconcile queue (internal/workqueue).
 type Worker struct {
-	Pool *pgxpool.Pool
+	DB   *store.DB
 	Host Host
 	Log  *slog.Logger
 	cfg  Config
@@ -96,24 +96,20 @@ type Worker struct {
 }
 
 // New builds a worker.
-func New(pool *pgxpool.Pool, host Host, log *slog.Logger, cfg Config) *Worker {
+func New(db *store.DB, host Host, log *slog.Logger, cfg Config) *Worker {
 	if log == nil {
 		log = slog.Default()
 	}
-	w := &Worker{Pool: pool, Host: host, Log: log, cfg: cfg.withDefaults()}
+	w := &Worker{DB: db, Host: host, Log: log, cfg: cfg.withDefaults()}
 	w.tel = newWorkerTelemetry(cfg.Metrics, cfg.TracerProvider)
 	w.Host = instrumentHost(host, w.tel)
 	return w
 }
 
-// claim is one leased work item.
+// claim is one leased work item; the reconcile's span continues the trace
+// of the change that enqueued it (TraceParent).
 type claim struct {
-	vcID     string
-	attempts int
-	enqueued time.Time
-	// traceParent is the W3C traceparent of the change that enqueued the
-	// work ("" when untraced); the reconcile's span continues its trace.
-	traceParent string
+	workqueue.Claim
 	// generation is the one the reconcile set out to converge on (0 until
 	// the virtual cluster was read).
 	generation int64
@@ -175,8 +171,8 @@ func (w *Worker) Run(ctx context.Context) error {
 // next RunOnce, so RunOnce returns even when a reconcile takes longer than
 // the poll interval.
 func (w *Worker) RunOnce(ctx context.Context) (int, error) {
-	var cutoff time.Time
-	if err := w.Pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&cutoff); err != nil {
+	cutoff, err := workqueue.Now(ctx, w.DB)
+	if err != nil {
 		return 0, err
 	}
 	n := 0
@@ -198,26 +194,12 @@ func (w *Worker) RunOnce(ctx context.Context) (int, error) {
 // claimDue leases up to n due items; with a cutoff, only items due at or
 // before it.
 func (w *Worker) claimDue(ctx context.Context, n int, cutoff *time.Time) ([]claim, error) {
-	if n <= 0 {
-		return nil, nil
+	claims, err := workqueue.ClaimDue(ctx, w.DB, w.cfg.ID, w.cfg.Lease, n, cutoff)
+	out := make([]claim, len(claims))
+	for i, c := range claims {
+		out[i] = claim{Claim: c}
 	}
-	rows, err := w.Pool.Query(ctx, `
-		UPDATE reconcile_work w SET lease_owner = $1, lease_expire_time = clock_timestamp() + $2::interval,
-		       attempts = w.attempts + 1
-		 WHERE w.virtual_cluster_id IN (
-		       SELECT virtual_cluster_id FROM reconcile_work
-		        WHERE run_after <= COALESCE($4::timestamptz, clock_timestamp())
-		          AND (lease_expire_time IS NULL OR lease_expire_time < clock_timestamp())
-		        ORDER BY run_after
-		        LIMIT $3 FOR UPDATE SKIP LOCKED)
-		RETURNING w.virtual_cluster_id, w.attempts, w.enqueue_time, COALESCE(w.trace_parent, '')`, w.cfg.ID, w.cfg.Lease.String(), n, cutoff)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (claim, error) {
-		var c claim
-		return c, r.Scan(&c.vcID, &c.attempts, &c.enqueued, &c.traceParent)
-	})
+	return out, err
 }
 
 // releaseAll gives back this worker's leases on shutdown so another worker
@@ -225,38 +207,22 @@ func (w *Worker) claimDue(ctx context.Context, n int, cutoff *time.Time) ([]clai
 func (w *Worker) releaseAll() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := w.Pool.Exec(ctx, `UPDATE reconcile_work SET lease_owner = '', lease_expire_time = NULL,
-		attempts = GREATEST(attempts - 1, 0) WHERE lease_owner = $1`, w.cfg.ID); err != nil {
+	if err := workqueue.ReleaseAll(ctx, w.DB, w.cfg.ID); err != nil {
 		w.Log.Warn("releasing leases failed; they expire by themselves", "error", err)
 	}
 }
 
-// done finishes a claim: the row goes away unless the virtual cluster was
-// enqueued again while we worked (enqueue_time moved), in which case it
-// stays, due now, unleased.
-func (w *Worker) done(ctx context.Context, c claim) error {
-	if _, err := w.Pool.Exec(ctx, `DELETE FROM reconcile_work WHERE virtual_cluster_id = $1 AND enqueue_time = $2`, c.vcID, c.enqueued); err != nil {
-		return err
-	}
-	_, err := w.Pool.Exec(ctx, `UPDATE reconcile_work SET lease_owner = '', lease_expire_time = NULL, attempts = 0
-		WHERE virtual_cluster_id = $1`, c.vcID)
-	return err
-}
+// done finishes a claim (workqueue.Done).
+func (w *Worker) done(ctx context.Context, c claim) error { return workqueue.Done(ctx, w.DB, c.Claim) }
 
 // later puts the claim back to run after d; attempts are kept only when
 // the reason is a failure.
 func (w *Worker) later(ctx context.Context, c claim, d time.Duration, failure error) error {
 	msg := ""
-	keep := 0
 	if failure != nil {
 		msg = truncate(failure.Error(), 2000)
-		keep = 1
 	}
-	_, err := w.Pool.Exec(ctx, `UPDATE reconcile_work SET lease_owner = '', lease_expire_time = NULL,
-		run_after = CASE WHEN enqueue_time = $2 THEN clock_timestamp() + $3::interval ELSE clock_timestamp() END,
-		attempts = CASE WHEN $4 = 1 AND enqueue_time = $2 THEN attempts ELSE 0 END, last_error = $5
-		WHERE virtual_cluster_id = $1`, c.vcID, c.enqueued, d.String(), keep, msg)
-	return err
+	return workqueue.Later(ctx, w.DB, c.Claim, d, msg, failure != nil)
 }
 
 func (w *Worker) backoff(attempts int) time.Duration {
@@ -275,20 +241,11 @@ func (w *Worker) resyncLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if _, err := Resync(ctx, w.Pool); err != nil && ctx.Err() == nil {
+			if _, err := workqueue.Resync(ctx, w.DB); err != nil && ctx.Err() == nil {
 				w.Log.Warn("resync failed", "error", err)
 			}
 		}
 	}
-}
-
-// Resync queues every live virtual cluster for a reconcile that repairs
-// drift. Queued ones keep their place. Safe from several workers at once.
-func Resync(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
-	tag, err := pool.Exec(ctx, `INSERT INTO reconcile_work (virtual_cluster_id)
-		SELECT id FROM virtual_clusters WHERE phase IN ('PROVISIONING', 'READY', 'DEGRADED')
-		ON CONFLICT (virtual_cluster_id) DO NOTHING`)
-	return tag.RowsAffected(), err
 }
 
 // permanent errors are not retried: the same input fails the same way.
@@ -325,9 +282,8 @@ func (w *Worker) renewLease(ctx context.Context, c claim) (stop func()) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if _, err := w.Pool.Exec(ctx, `UPDATE reconcile_work SET lease_expire_time = clock_timestamp() + $3::interval
-					WHERE virtual_cluster_id = $1 AND lease_owner = $2`, c.vcID, w.cfg.ID, w.cfg.Lease.String()); err != nil && ctx.Err() == nil {
-					w.Log.Warn("renewing a lease failed", "virtual_cluster", c.vcID, "error", err)
+				if err := workqueue.Renew(ctx, w.DB, c.Claim, w.cfg.ID, w.cfg.Lease); err != nil && ctx.Err() == nil {
+					w.Log.Warn("renewing a lease failed", "virtual_cluster", c.VirtualCluster, "error", err)
 				}
 			}
 		}

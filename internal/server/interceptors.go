@@ -17,19 +17,13 @@ import (
 
 	"github.com/gpuplane/gpuplane/internal/errs"
 	"github.com/gpuplane/gpuplane/internal/identity"
+	"github.com/gpuplane/gpuplane/internal/reqctx"
 )
 
 // RequestIDHeader carries the server-assigned (or caller-supplied) id of one
-// API call; it appears in logs, audit events and the response headers.
+// API call; it appears in logs, audit events (as the correlation id, through
+// reqctx) and the response headers.
 const RequestIDHeader = "x-request-id"
-
-type requestIDKey struct{}
-
-// RequestIDFrom returns the id of the call being served.
-func RequestIDFrom(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey{}).(string)
-	return id
-}
 
 func newRequestID() string {
 	var b [12]byte
@@ -94,7 +88,7 @@ func (s *Server) unaryChain(ctx context.Context, req any, info *grpc.UnaryServer
 	} else {
 		reqID = newRequestID()
 	}
-	ctx = context.WithValue(ctx, requestIDKey{}, reqID)
+	ctx = reqctx.WithCorrelationID(ctx, reqID)
 	_ = grpc.SetHeader(ctx, metadata.Pairs(RequestIDHeader, reqID))
 	log := s.log.With("request_id", reqID, "method", info.FullMethod)
 
@@ -119,7 +113,7 @@ func (s *Server) unaryChain(ctx context.Context, req any, info *grpc.UnaryServer
 		if aerr != nil {
 			return nil, toStatus(ctx, log, aerr)
 		}
-		ctx = identity.WithPrincipal(ctx, p)
+		ctx = reqctx.WithPrincipal(ctx, p)
 		log = log.With("subject", p.Subject)
 	}
 	resp, err = handler(ctx, req)

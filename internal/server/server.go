@@ -1,5 +1,7 @@
-// Package server runs the gRPC API and its REST gateway. Handlers stay thin:
-// they call the domain services, and every error leaves through toStatus.
+// Package server runs the gRPC API and its REST gateway: listeners,
+// interceptors (request id, logging, metrics, recovery, authentication)
+// and the one mapping of domain errors to gRPC statuses (toStatus). The
+// handlers are internal/server/api's.
 package server
 
 import (
@@ -32,9 +34,12 @@ import (
 // Config is what the server needs; internal/app fills it.
 type Config struct {
 	GRPCAddr string // e.g. ":9090"; "127.0.0.1:0" in tests
-	HTTPAddr string // e.g. ":8080"
-	Logger   *slog.Logger
-	Auth     Authenticator
+	// GRPCListener, when set, is used instead of listening on GRPCAddr
+	// (internal/app listens first: kubeconfigs name the bound address).
+	GRPCListener net.Listener
+	HTTPAddr     string // e.g. ":8080"
+	Logger       *slog.Logger
+	Auth         Authenticator
 	// Ready reports whether the server can serve (database reachable, schema
 	// current); nil error = ready.
 	Ready    func(ctx context.Context) error
@@ -80,8 +85,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{log: cfg.Logger, auth: cfg.Auth, metrics: newMetrics(cfg.Registry)}
 	var err error
-	if s.lisGRPC, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-		return nil, fmt.Errorf("listen gRPC on %s: %w", cfg.GRPCAddr, err)
+	if s.lisGRPC = cfg.GRPCListener; s.lisGRPC == nil {
+		if s.lisGRPC, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+			return nil, fmt.Errorf("listen gRPC on %s: %w", cfg.GRPCAddr, err)
+		}
 	}
 	if s.lisHTTP, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		s.lisGRPC.Close()

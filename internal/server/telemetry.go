@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/stats"
 
-	"github.com/gpuplane/gpuplane/internal/identity"
+	"github.com/gpuplane/gpuplane/internal/reqctx"
 	"github.com/gpuplane/gpuplane/internal/telemetry"
 )
 
@@ -64,8 +64,8 @@ func httpTracing(tp trace.TracerProvider, h http.Handler) http.Handler {
 // the caller authenticated) and puts both on the RPC's span.
 func annotateSpan(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(telemetry.AttrRequestID.String(RequestIDFrom(ctx)))
-		if p, ok := identity.PrincipalFrom(ctx); ok {
+		span.SetAttributes(telemetry.AttrRequestID.String(reqctx.CorrelationID(ctx)))
+		if p, ok := reqctx.PrincipalFrom(ctx); ok {
 			span.SetAttributes(telemetry.AttrSubject.String(p.Subject))
 		}
 	}

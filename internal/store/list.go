@@ -45,9 +45,7 @@ func (q *ListQuery) Where(cond string) { q.conds = append(q.conds, "("+cond+")")
 // FetchPage runs `selectFrom WHERE <conditions> ORDER BY orderBy LIMIT
 // size+1` and returns at most Size rows and whether more follow (the extra
 // row only tells that a next page exists).
-func FetchPage[T any](ctx context.Context, db interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, q *ListQuery, selectFrom, orderBy string, scan func(pgx.Row) (T, error)) ([]T, bool, error) {
+func FetchPage[T any](ctx context.Context, db Querier, q *ListQuery, selectFrom, orderBy string, scan func(pgx.Row) (T, error)) ([]T, bool, error) {
 	sql := selectFrom + " WHERE " + strings.Join(q.conds, " AND ") + " ORDER BY " + orderBy + " LIMIT " + q.Arg(q.Size+1)
 	rows, err := db.Query(ctx, sql, q.args...)
 	if err != nil {

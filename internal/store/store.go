@@ -1,7 +1,10 @@
-// Package store is the PostgreSQL plumbing shared by the domain packages:
-// the connection pool, callback transactions that retry on serialization
-// failures, SQLSTATE classification into internal/errs, page tokens and
-// schema migrations. It knows nothing about the domain.
+// Package store is the PostgreSQL plumbing shared by the repositories: the
+// connection pool (DB), typed callback transactions (Tx) that retry on
+// serialization failures, SQLSTATE classification into internal/errs,
+// keyset list queries and page tokens, etags, the idempotency_keys table
+// and schema migrations. It knows nothing about the domain: each table's
+// SQL lives in the repository file of the package that owns it
+// (virtualcluster, request, tenancy, workqueue, audit).
 package store
 
 import (

@@ -32,14 +32,14 @@ const (
 	retryMaxDelay  = 500 * time.Millisecond
 )
 
-// InTx runs fn in a transaction and commits it if fn returns nil. When the
-// transaction fails with a serialization failure (40001) or a deadlock
-// (40P01), whether from fn or from COMMIT, the whole callback runs again in
-// a fresh transaction, so fn must not have side effects outside tx (or they
-// must be idempotent). Any other error from fn is returned as-is after
-// rollback. A retryable error that persists after the last attempt is
+// InTx runs fn in a transaction on db and commits it if fn returns nil.
+// When the transaction fails with a serialization failure (40001) or a
+// deadlock (40P01), whether from fn or from COMMIT, the whole callback runs
+// again in a fresh transaction, so fn must not have side effects outside tx
+// (or they must be idempotent). Any other error from fn is returned as-is
+// after rollback. A retryable error that persists after the last attempt is
 // returned as-is as well; pass it through Classify to get an errs.Error.
-func InTx(ctx context.Context, pool *pgxpool.Pool, opts TxOptions, fn func(ctx context.Context, tx pgx.Tx) error) error {
+func (db *DB) InTx(ctx context.Context, opts TxOptions, fn func(ctx context.Context, tx *Tx) error) error {
 	txo := pgx.TxOptions{IsoLevel: opts.Isolation, AccessMode: pgx.ReadWrite}
 	if txo.IsoLevel == "" {
 		txo.IsoLevel = pgx.ReadCommitted
@@ -53,7 +53,7 @@ func InTx(ctx context.Context, pool *pgxpool.Pool, opts TxOptions, fn func(ctx c
 	}
 
 	for attempt := 1; ; attempt++ {
-		err := runTx(ctx, pool, txo, fn)
+		err := runTx(ctx, db.pool, txo, fn)
 		if err == nil || !IsRetryable(err) || attempt >= maxAttempts {
 			return err
 		}
@@ -68,7 +68,7 @@ func InTx(ctx context.Context, pool *pgxpool.Pool, opts TxOptions, fn func(ctx c
 	}
 }
 
-func runTx(ctx context.Context, pool *pgxpool.Pool, txo pgx.TxOptions, fn func(context.Context, pgx.Tx) error) error {
+func runTx(ctx context.Context, pool *pgxpool.Pool, txo pgx.TxOptions, fn func(context.Context, *Tx) error) error {
 	tx, err := pool.BeginTx(ctx, txo)
 	if err != nil {
 		return err
@@ -83,7 +83,7 @@ func runTx(ctx context.Context, pool *pgxpool.Pool, txo pgx.TxOptions, fn func(c
 		// rather than return it to the pool mid-transaction.
 		_ = tx.Rollback(rctx)
 	}()
-	if err := fn(ctx, tx); err != nil {
+	if err := fn(ctx, &Tx{tx: tx}); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)

@@ -40,7 +40,7 @@ func TestInTxRetriesSerializationFailure(t *testing.T) {
 	mustExec(t, pool, "INSERT INTO counter VALUES (1, 0)")
 
 	var attempts atomic.Int32
-	err := store.InTx(ctx, pool, store.TxOptions{Isolation: pgx.Serializable}, func(ctx context.Context, tx pgx.Tx) error {
+	err := store.New(pool).InTx(ctx, store.TxOptions{Isolation: pgx.Serializable}, func(ctx context.Context, tx *store.Tx) error {
 		attempt := attempts.Add(1)
 		var n int
 		if err := tx.QueryRow(ctx, "SELECT n FROM counter WHERE id = 1").Scan(&n); err != nil {
@@ -49,7 +49,7 @@ func TestInTxRetriesSerializationFailure(t *testing.T) {
 		if attempt == 1 {
 			// A competing serializable transaction commits a change to the
 			// row we read, after our snapshot was taken.
-			err := store.InTx(ctx, pool, store.TxOptions{Isolation: pgx.Serializable}, func(ctx context.Context, tx pgx.Tx) error {
+			err := store.New(pool).InTx(ctx, store.TxOptions{Isolation: pgx.Serializable}, func(ctx context.Context, tx *store.Tx) error {
 				_, err := tx.Exec(ctx, "UPDATE counter SET n = n + 10 WHERE id = 1")
 				return err
 			})
@@ -90,7 +90,7 @@ func TestInTxRetriesDeadlock(t *testing.T) {
 	bothLocked.Add(2)
 	transfer := func(first, second int) error {
 		firstAttempt := true
-		return store.InTx(ctx, pool, store.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+		return store.New(pool).InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
 			attempts.Add(1)
 			if _, err := tx.Exec(ctx, "UPDATE acct SET n = n + 1 WHERE id = $1", first); err != nil {
 				return err
@@ -132,7 +132,7 @@ func TestInTxReturnsCallbackErrorAsIsAndRollsBack(t *testing.T) {
 
 	want := errs.NotFound("team")
 	calls := 0
-	err := store.InTx(ctx, pool, store.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+	err := store.New(pool).InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
 		calls++
 		if _, err := tx.Exec(ctx, "INSERT INTO item VALUES (1)"); err != nil {
 			return err
@@ -160,7 +160,7 @@ func TestInTxCommits(t *testing.T) {
 	pool := storetest.Pool(t)
 	mustExec(t, pool, "CREATE TABLE item (id int PRIMARY KEY)")
 	var iso string
-	err := store.InTx(ctx, pool, store.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+	err := store.New(pool).InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
 		if err := tx.QueryRow(ctx, "SHOW transaction_isolation").Scan(&iso); err != nil {
 			return err
 		}
@@ -184,7 +184,7 @@ func TestInTxReadOnly(t *testing.T) {
 	ctx := testCtx(t)
 	pool := storetest.Pool(t)
 	mustExec(t, pool, "CREATE TABLE item (id int PRIMARY KEY)")
-	err := store.InTx(ctx, pool, store.TxOptions{ReadOnly: true}, func(ctx context.Context, tx pgx.Tx) error {
+	err := store.New(pool).InTx(ctx, store.TxOptions{ReadOnly: true}, func(ctx context.Context, tx *store.Tx) error {
 		_, err := tx.Exec(ctx, "INSERT INTO item VALUES (1)")
 		return err
 	})
@@ -198,7 +198,7 @@ func TestInTxGivesUpAfterMaxAttempts(t *testing.T) {
 	ctx := testCtx(t)
 	pool := storetest.Pool(t)
 	calls := 0
-	err := store.InTx(ctx, pool, store.TxOptions{MaxAttempts: 3}, func(ctx context.Context, tx pgx.Tx) error {
+	err := store.New(pool).InTx(ctx, store.TxOptions{MaxAttempts: 3}, func(ctx context.Context, tx *store.Tx) error {
 		calls++
 		return &pgconn.PgError{Code: "40001", Message: "could not serialize access"}
 	})
@@ -219,7 +219,7 @@ func TestInTxStopsRetryingWhenContextEnds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	calls := 0
-	err := store.InTx(ctx, pool, store.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+	err := store.New(pool).InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
 		calls++
 		cancel()
 		return &pgconn.PgError{Code: "40P01", Message: "deadlock detected"}
@@ -243,7 +243,7 @@ func TestInTxPanicReleasesConnection(t *testing.T) {
 				t.Error("panic was swallowed")
 			}
 		}()
-		_ = store.InTx(ctx, pool, store.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+		_ = store.New(pool).InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
 			if _, err := tx.Exec(ctx, "INSERT INTO item VALUES (1)"); err != nil {
 				return err
 			}

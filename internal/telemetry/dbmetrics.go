@@ -3,10 +3,9 @@ package telemetry
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -71,95 +70,26 @@ func (c *QueryCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
 }
 
-// Virtual cluster phases and request states, as the schema's CHECK
-// constraints list them: every one is reported, zero included, so a
-// series does not vanish when its count drops to nothing.
-var (
-	vcPhases      = []string{"PENDING_APPROVAL", "PROVISIONING", "READY", "DEGRADED", "DELETING", "DELETED", "FAILED", "REJECTED"}
-	requestStates = []string{"PENDING", "APPROVED", "REJECTED", "CANCELLED", "APPLIED", "FAILED"}
-)
-
-// StateCollectors are the scrape-time gauges about what the database holds:
-// virtual clusters per phase, requests per state, and per-team quota and
-// allocation. Each is one query.
-func StateCollectors(pool *pgxpool.Pool, log *slog.Logger) []prometheus.Collector {
-	vcs := prometheus.NewDesc("gpuplane_virtual_clusters", "Virtual clusters by phase.", []string{"phase"}, nil)
-	reqs := prometheus.NewDesc("gpuplane_requests", "Requests by state.", []string{"state"}, nil)
-	quota := prometheus.NewDesc("gpuplane_team_quota",
-		"Team quota by resource, in base units: resource=gpu in GPUs, cpu in cores, memory in bytes.", []string{"team", "resource"}, nil)
-	alloc := prometheus.NewDesc("gpuplane_team_allocated",
-		"What KAI reports allocated in the team's live virtual clusters (as last observed by the worker), by resource, in base units: resource=gpu in GPUs, cpu in cores, memory in bytes.",
-		[]string{"team", "resource"}, nil)
-	return []prometheus.Collector{
-		NewQueryCollector("virtual_clusters", log, []*prometheus.Desc{vcs}, func(ctx context.Context, ch chan<- prometheus.Metric) error {
-			return countBy(ctx, pool, `SELECT phase, count(*) FROM virtual_clusters GROUP BY phase`, vcPhases, vcs, ch)
-		}),
-		NewQueryCollector("requests", log, []*prometheus.Desc{reqs}, func(ctx context.Context, ch chan<- prometheus.Metric) error {
-			return countBy(ctx, pool, `SELECT state, count(*) FROM requests GROUP BY state`, requestStates, reqs, ch)
-		}),
-		NewQueryCollector("teams", log, []*prometheus.Desc{quota, alloc}, func(ctx context.Context, ch chan<- prometheus.Metric) error {
-			// Allocation counts the phases tenancy.AllocatedToTeam counts.
-			rows, err := pool.Query(ctx, `
-				SELECT t.id, t.gpu_centi, t.cpu_millis, t.memory_bytes,
-				       COALESCE(SUM(v.alloc_gpu_centi), 0), COALESCE(SUM(v.alloc_cpu_millis), 0), COALESCE(SUM(v.alloc_memory_bytes), 0)
-				  FROM teams t
-				  LEFT JOIN virtual_clusters v ON v.team_id = t.id AND v.phase NOT IN ('PENDING_APPROVAL', 'REJECTED', 'DELETED')
-				 GROUP BY t.id`)
-			if err != nil {
-				return err
-			}
-			var (
-				team             string
-				qGPU, qCPU, qMem int64
-				aGPU, aCPU, aMem int64
-				emitted          []prometheus.Metric
-			)
-			_, err = pgx.ForEachRow(rows, []any{&team, &qGPU, &qCPU, &qMem, &aGPU, &aCPU, &aMem}, func() error {
-				emitted = append(emitted, resourceGauges(quota, team, qGPU, qCPU, qMem)...)
-				emitted = append(emitted, resourceGauges(alloc, team, aGPU, aCPU, aMem)...)
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-			for _, m := range emitted {
-				ch <- m
-			}
-			return nil
-		}),
+// Counts emits one gauge per value of known (zero when absent) from counts
+// by label; labels not in known are reported too, so a series does not
+// vanish when its count drops to nothing nor hide an unexpected value.
+func Counts(d *prometheus.Desc, known []string, counts map[string]int64, ch chan<- prometheus.Metric) {
+	left := maps.Clone(counts)
+	for _, k := range known {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(left[k]), k)
+		delete(left, k)
+	}
+	for k, v := range left {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), k)
 	}
 }
 
-// resourceGauges converts stored units (GPU hundredths, CPU millicores,
+// ResourceGauges converts stored units (GPU hundredths, CPU millicores,
 // bytes) to base units.
-func resourceGauges(d *prometheus.Desc, team string, gpuCenti, cpuMillis, memBytes int64) []prometheus.Metric {
+func ResourceGauges(d *prometheus.Desc, team string, gpuCenti, cpuMillis, memBytes int64) []prometheus.Metric {
 	return []prometheus.Metric{
 		prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(gpuCenti)/100, team, "gpu"),
 		prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(cpuMillis)/1000, team, "cpu"),
 		prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(memBytes), team, "memory"),
 	}
-}
-
-// countBy emits one gauge per value of known (zero when absent) from a
-// "SELECT label, count(*) ... GROUP BY label" query; unknown labels are
-// reported too.
-func countBy(ctx context.Context, pool *pgxpool.Pool, sql string, known []string, d *prometheus.Desc, ch chan<- prometheus.Metric) error {
-	rows, err := pool.Query(ctx, sql)
-	if err != nil {
-		return err
-	}
-	counts := map[string]int64{}
-	var label string
-	var n int64
-	if _, err := pgx.ForEachRow(rows, []any{&label, &n}, func() error { counts[label] = n; return nil }); err != nil {
-		return err
-	}
-	for _, k := range known {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(counts[k]), k)
-		delete(counts, k)
-	}
-	for k, v := range counts {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), k)
-	}
-	return nil
 }

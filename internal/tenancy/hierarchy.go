@@ -2,105 +2,54 @@ package tenancy
 
 import (
 	"context"
-	"errors"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/gpuplane/gpuplane/internal/errs"
 	"github.com/gpuplane/gpuplane/internal/names"
 	"github.com/gpuplane/gpuplane/internal/quota"
+	"github.com/gpuplane/gpuplane/internal/store"
+	"github.com/gpuplane/gpuplane/internal/virtualcluster"
 )
 
 // The quota hierarchy (cluster -> department budget -> team quota ->
 // virtual-cluster quota) is checked here and only here, inside the
 // transaction that makes the change. Concurrency: every change below a
-// department first locks that department's row (FOR UPDATE), and changes
-// to department budgets take a cluster-wide advisory lock, so two changes
-// that each fit alone but not together are serialised and the second one
-// sees the first.
-
-// activePhases hold quota: approved and not yet gone.
-const activeVCPhases = `phase NOT IN ('PENDING_APPROVAL', 'REJECTED', 'DELETED')`
-
-const clusterLockKey = 7_300_001
-
-// LockCluster serialises changes to department budgets.
-func LockCluster(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, clusterLockKey)
-	return err
-}
-
-// LockDepartment locks the department row and returns its budget.
-func LockDepartment(ctx context.Context, tx pgx.Tx, dept string) (quota.Resources, error) {
-	var r quota.Resources
-	err := tx.QueryRow(ctx, `SELECT gpu_centi, cpu_millis, memory_bytes FROM departments WHERE id = $1 FOR UPDATE`, dept).
-		Scan(&r.GPU, &r.CPUMillis, &r.MemoryBytes)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return r, errs.NotFound(names.Department(dept))
-	}
-	return r, err
-}
-
-func sumRow(ctx context.Context, tx pgx.Tx, sql string, args ...any) (quota.Resources, error) {
-	var r quota.Resources
-	err := tx.QueryRow(ctx, sql, args...).Scan(&r.GPU, &r.CPUMillis, &r.MemoryBytes)
-	return r, err
-}
+// department first locks that department's row (LockDepartment), and
+// changes to department budgets take a cluster-wide advisory lock
+// (LockCluster), so two changes that each fit alone but not together are
+// serialised and the second one sees the first.
 
 // ClusterNode is the cluster level: capacity x overcommit, used = the sum of
 // all department budgets except excludeDept.
-func (s *Service) ClusterNode(ctx context.Context, tx pgx.Tx, excludeDept string) (quota.Node, error) {
-	host, err := s.Capacity.Capacity(ctx)
+func (s *Service) ClusterNode(ctx context.Context, q store.Querier, excludeDept string) (quota.Node, error) {
+	host, err := s.capacity.Capacity(ctx)
 	if err != nil {
 		return quota.Node{}, errs.Wrap(err, errs.KindUnavailable, "CAPACITY_UNAVAILABLE", "host capacity is unknown right now; try again")
 	}
-	capacity, err := quota.ClusterCapacity(host, s.Overcommit)
+	capacity, err := quota.ClusterCapacity(host, s.overcommit)
 	if err != nil {
 		return quota.Node{}, err
 	}
-	used, err := sumRow(ctx, tx, `SELECT COALESCE(SUM(gpu_centi),0), COALESCE(SUM(cpu_millis),0), COALESCE(SUM(memory_bytes),0)
-		FROM departments WHERE id <> $1`, excludeDept)
+	used, err := budgetsExcept(ctx, q, excludeDept)
 	return quota.Node{Level: quota.LevelCluster, Name: "cluster", Capacity: capacity, Used: used}, err
 }
 
 // DepartmentNode: capacity = budget, used = team quotas except excludeTeam.
 // The caller must hold LockDepartment.
-func DepartmentNode(ctx context.Context, tx pgx.Tx, dept string, budget quota.Resources, excludeTeam string) (quota.Node, error) {
-	// assigned_* is kept by a trigger on teams (migration 3): one row read,
-	// whatever the size of the department.
-	used, err := sumRow(ctx, tx, `
-		SELECT d.assigned_gpu_centi - COALESCE(t.gpu_centi, 0),
-		       d.assigned_cpu_millis - COALESCE(t.cpu_millis, 0),
-		       d.assigned_memory_bytes - COALESCE(t.memory_bytes, 0)
-		  FROM departments d LEFT JOIN teams t ON t.id = $2 AND t.department_id = d.id
-		 WHERE d.id = $1`, dept, excludeTeam)
+func DepartmentNode(ctx context.Context, q store.Querier, dept string, budget quota.Resources, excludeTeam string) (quota.Node, error) {
+	used, err := assignedExcept(ctx, q, dept, excludeTeam)
 	return quota.Node{Level: quota.LevelDepartment, Name: names.Department(dept), Capacity: budget, Used: used}, err
 }
 
-// TeamNode: capacity = team quota, used = active virtual-cluster quotas
+// TeamNode: capacity = team quota, used = quota-holding virtual clusters
 // except excludeVC. The caller must hold the team's department lock.
-func TeamNode(ctx context.Context, tx pgx.Tx, team string, teamQuota quota.Resources, excludeVC string) (quota.Node, error) {
-	used, err := sumRow(ctx, tx, `SELECT COALESCE(SUM(gpu_centi),0), COALESCE(SUM(cpu_millis),0), COALESCE(SUM(memory_bytes),0)
-		FROM virtual_clusters WHERE team_id = $1 AND id <> $2 AND `+activeVCPhases, team, excludeVC)
+func TeamNode(ctx context.Context, q store.Querier, team string, teamQuota quota.Resources, excludeVC string) (quota.Node, error) {
+	used, err := virtualcluster.QuotaOfTeam(ctx, q, team, excludeVC)
 	return quota.Node{Level: quota.LevelTeam, Name: names.Team(team), Capacity: teamQuota, Used: used}, err
 }
 
-// ChildrenTotal sums what children of a level hold, to refuse shrinking a
-// parent below its children ("department budget below its teams' quotas").
-func ChildrenOfDepartment(ctx context.Context, tx pgx.Tx, dept string) (quota.Resources, error) {
-	return sumRow(ctx, tx, `SELECT assigned_gpu_centi, assigned_cpu_millis, assigned_memory_bytes
-		FROM departments WHERE id = $1`, dept)
-}
-
-func ChildrenOfTeam(ctx context.Context, tx pgx.Tx, team string) (quota.Resources, error) {
-	return sumRow(ctx, tx, `SELECT COALESCE(SUM(gpu_centi),0), COALESCE(SUM(cpu_millis),0), COALESCE(SUM(memory_bytes),0)
-		FROM virtual_clusters WHERE team_id = $1 AND `+activeVCPhases, team)
-}
-
-// AllocatedToTeam sums what KAI reports allocated in the team's queues.
-func AllocatedToTeam(ctx context.Context, tx pgx.Tx, team string) (quota.Resources, error) {
-	return sumRow(ctx, tx, `SELECT COALESCE(SUM(alloc_gpu_centi),0), COALESCE(SUM(alloc_cpu_millis),0), COALESCE(SUM(alloc_memory_bytes),0)
-		FROM virtual_clusters WHERE team_id = $1 AND `+activeVCPhases, team)
+// ChildrenOfTeam sums what the team's virtual clusters hold.
+func ChildrenOfTeam(ctx context.Context, q store.Querier, team string) (quota.Resources, error) {
+	return virtualcluster.QuotaOfTeam(ctx, q, team, "")
 }
 
 // BelowChildrenError refuses a parent smaller than what it already handed

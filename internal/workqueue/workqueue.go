@@ -1,11 +1,12 @@
-// Package workqueue is the seam between the API and the worker: a row per
-// virtual cluster that needs reconciling, written in the same transaction as
-// the change that needs it.
+// Package workqueue owns the reconcile_work table, the seam between the
+// API and the worker: a row per virtual cluster that needs reconciling,
+// written in the same transaction as the change that needs it, and
+// claimed, renewed and finished by workers.
 //
 // Rows coalesce: enqueueing an already queued virtual cluster only moves
-// enqueue_time and run_after. The worker remembers the enqueue_time it
-// claimed and deletes the row only if it is unchanged when it finishes, so a
-// change that arrives during a reconcile is never lost.
+// enqueue_time and run_after. A worker remembers the enqueue_time it
+// claimed and deletes the row only if it is unchanged when it finishes, so
+// a change that arrives during a reconcile is never lost.
 //
 // Each enqueue also stores the W3C traceparent of the span in ctx (the API
 // call making the change), so the worker's reconcile continues its trace.
@@ -13,38 +14,55 @@ package workqueue
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/telemetry"
+	"github.com/gpuplane/gpuplane/internal/virtualcluster"
 )
+
+// resyncPhases: virtual clusters whose team or department changes are
+// re-applied, and which a resync queues (virtualcluster.Phase.NeedsResync).
+var resyncPhases = virtualcluster.PhasesWhere(virtualcluster.Phase.NeedsResync)
 
 const upsert = ` ON CONFLICT (virtual_cluster_id) DO UPDATE
 	SET enqueue_time = clock_timestamp(), run_after = clock_timestamp(), attempts = 0, last_error = '',
 	    trace_parent = EXCLUDED.trace_parent`
 
 // Enqueue asks for a reconcile of the virtual cluster.
-func Enqueue(ctx context.Context, tx pgx.Tx, virtualCluster string) error {
+func Enqueue(ctx context.Context, tx *store.Tx, virtualCluster string) error {
 	_, err := tx.Exec(ctx, `INSERT INTO reconcile_work (virtual_cluster_id, enqueue_time, run_after, trace_parent)
 		VALUES ($1, clock_timestamp(), clock_timestamp(), $2)`+upsert, virtualCluster, traceParent(ctx))
 	return err
 }
 
-// EnqueueTeam asks for a reconcile of every live virtual cluster of a team
-// (its parent queue or its members changed).
-func EnqueueTeam(ctx context.Context, tx pgx.Tx, team string) error {
+// EnqueueTeam asks for a reconcile of every virtual cluster of a team that
+// needs resyncing (its parent queue or its members changed).
+func EnqueueTeam(ctx context.Context, tx *store.Tx, team string) error {
 	_, err := tx.Exec(ctx, `INSERT INTO reconcile_work (virtual_cluster_id, enqueue_time, run_after, trace_parent)
 		SELECT id, clock_timestamp(), clock_timestamp(), $2 FROM virtual_clusters
-		 WHERE team_id = $1 AND phase IN ('PROVISIONING', 'READY', 'DEGRADED')`+upsert, team, traceParent(ctx))
+		 WHERE team_id = $1 AND phase = ANY($3)`+upsert, team, traceParent(ctx), resyncPhases)
 	return err
 }
 
 // EnqueueDepartment does the same for every team of a department.
-func EnqueueDepartment(ctx context.Context, tx pgx.Tx, department string) error {
+func EnqueueDepartment(ctx context.Context, tx *store.Tx, department string) error {
 	_, err := tx.Exec(ctx, `INSERT INTO reconcile_work (virtual_cluster_id, enqueue_time, run_after, trace_parent)
 		SELECT v.id, clock_timestamp(), clock_timestamp(), $2 FROM virtual_clusters v JOIN teams t ON t.id = v.team_id
-		 WHERE t.department_id = $1 AND v.phase IN ('PROVISIONING', 'READY', 'DEGRADED')`+upsert, department, traceParent(ctx))
+		 WHERE t.department_id = $1 AND v.phase = ANY($3)`+upsert, department, traceParent(ctx), resyncPhases)
 	return err
+}
+
+// Resync queues every virtual cluster that needs resyncing for a reconcile
+// that repairs drift. Queued ones keep their place. Safe from several
+// workers at once. It returns how many it queued.
+func Resync(ctx context.Context, q store.Querier) (int64, error) {
+	tag, err := q.Exec(ctx, `INSERT INTO reconcile_work (virtual_cluster_id)
+		SELECT id FROM virtual_clusters WHERE phase = ANY($1)
+		ON CONFLICT (virtual_cluster_id) DO NOTHING`, resyncPhases)
+	return tag.RowsAffected(), err
 }
 
 // traceParent is the traceparent to store, NULL when ctx is not traced.
@@ -53,4 +71,115 @@ func traceParent(ctx context.Context) *string {
 		return &tp
 	}
 	return nil
+}
+
+// Claim is one leased work item.
+type Claim struct {
+	VirtualCluster string
+	Attempts       int
+	// Enqueued is the enqueue_time claimed; Done and Later compare it.
+	Enqueued time.Time
+	// TraceParent is the W3C traceparent of the change that enqueued the
+	// work ("" when untraced).
+	TraceParent string
+}
+
+// Now is the database's clock, the one run_after is compared with.
+func Now(ctx context.Context, q store.Querier) (time.Time, error) {
+	var t time.Time
+	err := q.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t)
+	return t, err
+}
+
+// ClaimDue leases up to n due items to owner for lease (SKIP LOCKED: two
+// workers never claim the same item); with a cutoff, only items due at or
+// before it.
+func ClaimDue(ctx context.Context, q store.Querier, owner string, lease time.Duration, n int, cutoff *time.Time) ([]Claim, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	rows, err := q.Query(ctx, `
+		UPDATE reconcile_work w SET lease_owner = $1, lease_expire_time = clock_timestamp() + $2::interval,
+		       attempts = w.attempts + 1
+		 WHERE w.virtual_cluster_id IN (
+		       SELECT virtual_cluster_id FROM reconcile_work
+		        WHERE run_after <= COALESCE($4::timestamptz, clock_timestamp())
+		          AND (lease_expire_time IS NULL OR lease_expire_time < clock_timestamp())
+		        ORDER BY run_after
+		        LIMIT $3 FOR UPDATE SKIP LOCKED)
+		RETURNING w.virtual_cluster_id, w.attempts, w.enqueue_time, COALESCE(w.trace_parent, '')`, owner, lease.String(), n, cutoff)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claim, error) {
+		var c Claim
+		return c, r.Scan(&c.VirtualCluster, &c.Attempts, &c.Enqueued, &c.TraceParent)
+	})
+}
+
+// Renew extends owner's lease on a claim while its reconcile runs.
+func Renew(ctx context.Context, q store.Querier, c Claim, owner string, lease time.Duration) error {
+	_, err := q.Exec(ctx, `UPDATE reconcile_work SET lease_expire_time = clock_timestamp() + $3::interval
+		WHERE virtual_cluster_id = $1 AND lease_owner = $2`, c.VirtualCluster, owner, lease.String())
+	return err
+}
+
+// Done finishes a claim: the row goes away unless the virtual cluster was
+// enqueued again while it was worked on (enqueue_time moved), in which case
+// it stays, due now, unleased.
+func Done(ctx context.Context, q store.Querier, c Claim) error {
+	if _, err := q.Exec(ctx, `DELETE FROM reconcile_work WHERE virtual_cluster_id = $1 AND enqueue_time = $2`, c.VirtualCluster, c.Enqueued); err != nil {
+		return err
+	}
+	_, err := q.Exec(ctx, `UPDATE reconcile_work SET lease_owner = '', lease_expire_time = NULL, attempts = 0
+		WHERE virtual_cluster_id = $1`, c.VirtualCluster)
+	return err
+}
+
+// Later puts the claim back to run after d. failure, when set, is recorded
+// and the attempts are kept (backoff); otherwise they restart. A claim
+// enqueued again meanwhile is due at once with fresh attempts.
+func Later(ctx context.Context, q store.Querier, c Claim, d time.Duration, failure string, failed bool) error {
+	keep := 0
+	if failed {
+		keep = 1
+	}
+	_, err := q.Exec(ctx, `UPDATE reconcile_work SET lease_owner = '', lease_expire_time = NULL,
+		run_after = CASE WHEN enqueue_time = $2 THEN clock_timestamp() + $3::interval ELSE clock_timestamp() END,
+		attempts = CASE WHEN $4 = 1 AND enqueue_time = $2 THEN attempts ELSE 0 END, last_error = $5
+		WHERE virtual_cluster_id = $1`, c.VirtualCluster, c.Enqueued, d.String(), keep, failure)
+	return err
+}
+
+// ReleaseAll gives back owner's leases (a worker shutting down), so another
+// worker takes over at once instead of after the leases expire; the
+// attempt the claim counted is given back too.
+func ReleaseAll(ctx context.Context, q store.Querier, owner string) error {
+	_, err := q.Exec(ctx, `UPDATE reconcile_work SET lease_owner = '', lease_expire_time = NULL,
+		attempts = GREATEST(attempts - 1, 0) WHERE lease_owner = $1`, owner)
+	return err
+}
+
+// QueueStats describe the queue at one moment.
+type QueueStats struct {
+	Depth  int64 // every work item
+	Due    int64 // due now and not leased: waiting for a worker
+	Leased int64 // being worked on
+	// OldestDueAge is how long the oldest due, unleased item has waited.
+	OldestDueAge time.Duration
+}
+
+// Stats reads the queue's numbers in one query (metrics).
+func Stats(ctx context.Context, q store.Querier) (QueueStats, error) {
+	var st QueueStats
+	var age float64
+	err := q.QueryRow(ctx, `
+		SELECT count(*),
+		       count(*) FILTER (WHERE run_after <= now() AND (lease_expire_time IS NULL OR lease_expire_time < now())),
+		       count(*) FILTER (WHERE lease_expire_time >= now()),
+		       COALESCE(EXTRACT(EPOCH FROM now() - min(run_after)
+		         FILTER (WHERE run_after <= now() AND (lease_expire_time IS NULL OR lease_expire_time < now()))), 0)::float8
+		  FROM reconcile_work`).Scan(&st.Depth, &st.Due, &st.Leased, &age)
+	st.OldestDueAge = time.Duration(age * float64(time.Second))
+	return st, err
 }

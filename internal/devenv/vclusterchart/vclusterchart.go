@@ -60,4 +60,3 @@ func Dir(ctx context.Context) (string, error) {
 	dirCache = dir
 	return dir, nil
 }
-

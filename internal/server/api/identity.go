@@ -1,4 +1,4 @@
-package tenancy
+package api
 
 import (
 	"context"
@@ -8,14 +8,9 @@ import (
 	"github.com/gpuplane/gpuplane/internal/names"
 )
 
-// Identity implements pb.IdentityServiceServer.
-type Identity struct {
-	pb.UnimplementedIdentityServiceServer
-	*Service
-}
-
+// GetCurrentUser implements pb.IdentityServiceServer.
 func (s *Identity) GetCurrentUser(ctx context.Context, _ *pb.GetCurrentUserRequest) (*pb.User, error) {
-	a, err := s.Access(ctx)
+	a, err := s.access(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package approval
+package api
 
 import (
 	"context"
@@ -7,8 +7,6 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-	"google.golang.org/protobuf/types/known/structpb"
 	"sigs.k8s.io/yaml"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
@@ -18,6 +16,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/names"
 	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/tenancy"
+	"github.com/gpuplane/gpuplane/internal/virtualcluster"
 )
 
 // Reasons of GetVirtualClusterKubeconfig's FAILED_PRECONDITION answers.
@@ -61,11 +60,11 @@ func (s *VirtualClusters) GetVirtualClusterKubeconfig(ctx context.Context, req *
 	if err != nil {
 		return nil, err
 	}
-	a, err := s.Tenancy.Access(ctx)
+	a, err := s.access(ctx)
 	if err != nil {
 		return nil, err
 	}
-	team, err := tenancy.GetTeam(ctx, s.Tenancy.Pool, teamID, false)
+	team, err := tenancy.GetTeam(ctx, s.db, teamID, false)
 	if err != nil {
 		if errs.KindOf(err) == errs.KindNotFound {
 			return nil, errs.NotFound(req.GetName())
@@ -75,7 +74,7 @@ func (s *VirtualClusters) GetVirtualClusterKubeconfig(ctx context.Context, req *
 	if !a.CanReadTeam(team.ID, team.Department) {
 		return nil, errs.NotFound(req.GetName())
 	}
-	v, err := GetVirtualClusterRow(ctx, s.Tenancy.Pool, vcID, false)
+	v, err := virtualcluster.Get(ctx, s.db, vcID, false)
 	if err != nil || v.Team != teamID {
 		if err != nil && errs.KindOf(err) != errs.KindNotFound {
 			return nil, err
@@ -93,10 +92,10 @@ func (s *VirtualClusters) GetVirtualClusterKubeconfig(ctx context.Context, req *
 		}
 		return nil, errs.PermissionDenied(msg, names.Team(team.ID))
 	}
-	if v.Phase != PhaseReady && v.Phase != PhaseDegraded {
+	if !v.Phase.IsReachable() {
 		return nil, errs.FailedPrecondition(ReasonVirtualClusterNotReady,
 			"%s is %s; a kubeconfig is available once it is READY", req.GetName(), v.Phase).
-			With("resource", req.GetName()).With("phase", v.Phase)
+			With("resource", req.GetName()).With("phase", string(v.Phase))
 	}
 	if v.Endpoint == "" {
 		return nil, errs.FailedPrecondition(ReasonVirtualClusterNotReady,
@@ -109,7 +108,7 @@ func (s *VirtualClusters) GetVirtualClusterKubeconfig(ctx context.Context, req *
 	apiEndpoint := req.GetApiEndpoint()
 	field := "api_endpoint"
 	if apiEndpoint == "" {
-		apiEndpoint, field = s.APIEndpoint, ""
+		apiEndpoint, field = s.apiEndpoint, ""
 	}
 	if apiEndpoint != "" && (len(apiEndpoint) > 253 || !apiEndpointPattern.MatchString(apiEndpoint)) {
 		if field == "" {
@@ -118,9 +117,9 @@ func (s *VirtualClusters) GetVirtualClusterKubeconfig(ctx context.Context, req *
 		return nil, errs.InvalidField(field, "must be a host:port or URL of the gpuplane API (letters, digits and .-_:/[]%%)")
 	}
 	var ca []byte
-	if s.CAFetcher != nil {
-		if ca, err = s.CAFetcher(ctx, v.ID); err != nil {
-			s.log().WarnContext(ctx, "virtual cluster CA not available", "virtual_cluster", v.ID, "error", err)
+	if s.kubeconfigs != nil {
+		if ca, err = s.kubeconfigs.VirtualClusterCA(ctx, v.ID); err != nil {
+			s.log.WarnContext(ctx, "virtual cluster CA not available", "virtual_cluster", v.ID, "error", err)
 			return nil, errs.Wrap(err, errs.KindFailedPrecondition, ReasonKubeconfigUnavailable,
 				"the CA of %s is not known yet; try again shortly", req.GetName()).With("resource", req.GetName())
 		}
@@ -155,21 +154,21 @@ func (s *VirtualClusters) GetVirtualClusterKubeconfig(ctx context.Context, req *
 // it cannot be mistaken for (or merged over) the everyday one, and records
 // the hand-out. The audit event is written before the answer leaves: if it
 // cannot be written, the caller gets an error and no credential.
-func (s *VirtualClusters) breakGlassKubeconfig(ctx context.Context, a *identity.Access, team tenancy.TeamRow, v VirtualClusterRow) (*pb.VirtualClusterKubeconfig, error) {
+func (s *VirtualClusters) breakGlassKubeconfig(ctx context.Context, a *identity.Access, team tenancy.Team, v virtualcluster.VirtualCluster) (*pb.VirtualClusterKubeconfig, error) {
 	name := v.Name()
-	if s.AdminKubeconfigFetcher == nil {
+	if s.kubeconfigs == nil {
 		return nil, errs.FailedPrecondition(ReasonKubeconfigUnavailable,
 			"break-glass kubeconfigs need a host cluster, and this server has none").With("resource", name)
 	}
-	raw, err := s.AdminKubeconfigFetcher(ctx, v.ID)
+	raw, err := s.kubeconfigs.AdminKubeconfig(ctx, v.ID)
 	if err != nil {
-		s.log().WarnContext(ctx, "virtual cluster admin kubeconfig not available", "virtual_cluster", v.ID, "error", err)
+		s.log.WarnContext(ctx, "virtual cluster admin kubeconfig not available", "virtual_cluster", v.ID, "error", err)
 		return nil, errs.Wrap(err, errs.KindFailedPrecondition, ReasonKubeconfigUnavailable,
 			"the admin kubeconfig of %s is not available yet; try again shortly", name).With("resource", name)
 	}
 	cluster, user, err := adminCredentials(raw)
 	if err != nil {
-		s.log().ErrorContext(ctx, "virtual cluster admin kubeconfig unusable", "virtual_cluster", v.ID, "error", err)
+		s.log.ErrorContext(ctx, "virtual cluster admin kubeconfig unusable", "virtual_cluster", v.ID, "error", err)
 		return nil, errs.Wrap(err, errs.KindFailedPrecondition, ReasonKubeconfigUnavailable,
 			"the admin kubeconfig of %s is not usable", name).With("resource", name)
 	}
@@ -183,23 +182,16 @@ func (s *VirtualClusters) breakGlassKubeconfig(ctx context.Context, a *identity.
 	if err != nil {
 		return nil, err
 	}
-	after, err := structpb.NewStruct(map[string]any{"break_glass": true, "server": v.Endpoint, "context": entry, "phase": v.Phase})
-	if err != nil {
-		return nil, err
-	}
-	correlation := ""
-	if s.Tenancy.CorrelationID != nil {
-		correlation = s.Tenancy.CorrelationID(ctx)
-	}
-	if err := store.InTx(ctx, s.Tenancy.Pool, store.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+	after := map[string]any{"break_glass": true, "server": v.Endpoint, "context": entry, "phase": string(v.Phase)}
+	if err := s.db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
 		return audit.Record(ctx, tx, audit.Event{
-			Actor: a.Principal, Action: ActionBreakGlassKubeconfig, Resource: name, CorrelationID: correlation,
+			Actor: a.Principal, Action: ActionBreakGlassKubeconfig, Resource: name,
 			Department: team.Department, Team: team.ID, After: after,
 		})
 	}); err != nil {
 		return nil, store.Classify(err)
 	}
-	s.log().WarnContext(ctx, "break-glass kubeconfig handed out", "virtual_cluster", name, "actor", a.Principal.Subject)
+	s.log.WarnContext(ctx, "break-glass kubeconfig handed out", "virtual_cluster", name, "actor", a.Principal.Subject)
 	return &pb.VirtualClusterKubeconfig{
 		Kubeconfig: doc, Server: v.Endpoint, CertificateAuthorityData: ca, Context: entry, BreakGlass: true,
 	}, nil

@@ -1,0 +1,188 @@
+// Package jsonshape writes and reads the JSON shape of the API's resources
+// without the generated protobuf code, which the domain packages may not
+// import (it links gRPC). Audit events store a snapshot of each changed
+// resource exactly as the API renders it (protojson with proto field names)
+// and some columns hold protojson documents (request payloads, conditions);
+// the domain produces the same JSON through these helpers:
+//
+//   - Int64: int64 as a JSON string, as protojson writes it;
+//   - Time: RFC 3339 in UTC with 0, 3, 6 or 9 fractional digits;
+//   - Quota: the Quota message;
+//   - CamelKeys / SnakeKeys: protojson's default (lowerCamelCase) names
+//     versus the proto names (snake_case) used in audit snapshots.
+//
+// internal/server/api pins every shape to protojson's output in a test.
+package jsonshape
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpuplane/gpuplane/internal/quota"
+)
+
+// Int64 is an int64 that JSON carries as a string ("42"), like protojson.
+// With omitempty, zero is left out, as protojson leaves out default values.
+type Int64 int64
+
+// MarshalJSON implements json.Marshaler.
+func (n Int64) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + strconv.FormatInt(int64(n), 10) + `"`), nil
+}
+
+// UnmarshalJSON accepts a string or a number.
+func (n *Int64) UnmarshalJSON(b []byte) error {
+	s := string(bytes.Trim(b, `"`))
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("jsonshape: int64 %s: %w", b, err)
+	}
+	*n = Int64(v)
+	return nil
+}
+
+// Time is a timestamp in protojson's format.
+type Time struct{ time.Time }
+
+// At returns a *Time for t, nil for nil (an unset Timestamp field).
+func At(t *time.Time) *Time {
+	if t == nil {
+		return nil
+	}
+	return &Time{*t}
+}
+
+// MarshalJSON implements json.Marshaler.
+func (t Time) MarshalJSON() ([]byte, error) { return []byte(`"` + FormatTime(t.Time) + `"`), nil }
+
+// UnmarshalJSON reads RFC 3339.
+func (t *Time) UnmarshalJSON(b []byte) error {
+	v, err := time.Parse(time.RFC3339Nano, string(bytes.Trim(b, `"`)))
+	if err != nil {
+		return fmt.Errorf("jsonshape: timestamp %s: %w", b, err)
+	}
+	t.Time = v
+	return nil
+}
+
+// FormatTime renders t as protojson renders a google.protobuf.Timestamp.
+func FormatTime(t time.Time) string {
+	t = t.UTC()
+	s := t.Format("2006-01-02T15:04:05")
+	switch ns := t.Nanosecond(); {
+	case ns == 0:
+	case ns%1_000_000 == 0:
+		s += fmt.Sprintf(".%03d", ns/1_000_000)
+	case ns%1_000 == 0:
+		s += fmt.Sprintf(".%06d", ns/1_000)
+	default:
+		s += fmt.Sprintf(".%09d", ns)
+	}
+	return s + "Z"
+}
+
+// Quota is the API's Quota message.
+type Quota struct {
+	GPU         string `json:"gpu,omitempty"`
+	CPUMillis   Int64  `json:"cpu_millis,omitempty"`
+	MemoryBytes Int64  `json:"memory_bytes,omitempty"`
+}
+
+// QuotaOf renders r (always a message, as the API always sets quotas).
+func QuotaOf(r quota.Resources) *Quota {
+	return &Quota{GPU: r.GPU.String(), CPUMillis: Int64(r.CPUMillis), MemoryBytes: Int64(r.MemoryBytes)}
+}
+
+// QuotaPtr renders an optional quota (nil stays unset).
+func QuotaPtr(r *quota.Resources) *Quota {
+	if r == nil {
+		return nil
+	}
+	return QuotaOf(*r)
+}
+
+// Resources reads a stored quota back; nil is zero. Stored quotas were
+// validated when written, so a GPU amount that does not parse is an error.
+func (q *Quota) Resources() (quota.Resources, error) {
+	var r quota.Resources
+	if q == nil {
+		return r, nil
+	}
+	if q.GPU != "" {
+		g, err := quota.ParseGPU(q.GPU)
+		if err != nil {
+			return r, fmt.Errorf("jsonshape: stored gpu %q: %w", q.GPU, err)
+		}
+		r.GPU = g
+	}
+	r.CPUMillis, r.MemoryBytes = int64(q.CPUMillis), int64(q.MemoryBytes)
+	return r, nil
+}
+
+// CamelKeys renames every object key of a JSON document from proto names
+// (snake_case) to protojson's default JSON names (lowerCamelCase).
+func CamelKeys(doc []byte) ([]byte, error) { return renameKeys(doc, camel) }
+
+// SnakeKeys is the inverse of CamelKeys.
+func SnakeKeys(doc []byte) ([]byte, error) { return renameKeys(doc, snake) }
+
+func renameKeys(doc []byte, rename func(string) string) ([]byte, error) {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(walk(v, rename))
+}
+
+func walk(v any, rename func(string) string) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[rename(k)] = walk(e, rename)
+		}
+		return out
+	case []any:
+		for i, e := range x {
+			x[i] = walk(e, rename)
+		}
+		return x
+	}
+	return v
+}
+
+func camel(s string) string {
+	var b strings.Builder
+	up := false
+	for _, r := range s {
+		switch {
+		case r == '_':
+			up = true
+		case up && r >= 'a' && r <= 'z':
+			b.WriteRune(r - 'a' + 'A')
+			up = false
+		default:
+			b.WriteRune(r)
+			up = false
+		}
+	}
+	return b.String()
+}
+
+func snake(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

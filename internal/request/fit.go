@@ -1,0 +1,117 @@
+package request
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/names"
+	"github.com/gpuplane/gpuplane/internal/quota"
+	"github.com/gpuplane/gpuplane/internal/store"
+	"github.com/gpuplane/gpuplane/internal/tenancy"
+	"github.com/gpuplane/gpuplane/internal/virtualcluster"
+)
+
+// Fit is the "will it fit" answer for one request.
+type Fit struct {
+	Field      string
+	Shortfalls []quota.Shortfall
+	Below      []quota.BelowAllocation
+	// Children refuses a team quota below what its virtual clusters hold
+	// (tenancy.BelowChildrenError), nil when it is not.
+	Children error
+}
+
+// Fits reports whether the request can be approved now.
+func (o Fit) Fits() bool {
+	return len(o.Shortfalls) == 0 && len(o.Below) == 0 && o.Children == nil
+}
+
+// Err is the error an approval fails with: FAILED_PRECONDITION naming the
+// level, the resource and how much is free.
+func (o Fit) Err() error {
+	if len(o.Shortfalls) > 0 {
+		err := quota.FitError(o.Field, o.Shortfalls)
+		if e, ok := errs.As(err); ok {
+			e.Kind = errs.KindFailedPrecondition
+			first := o.Shortfalls[0]
+			e.Message = fmt.Sprintf("does not fit in %s %s: %s free, %s requested (%s)",
+				first.Level, first.Name, first.Free, first.Requested, first.Resource)
+			e.With("free", first.Free).With("requested", first.Requested)
+		}
+		return err
+	}
+	if o.Children != nil {
+		return o.Children
+	}
+	return quota.ShrinkError(o.Field, o.Below)
+}
+
+// checkFit computes the fit of a payload for team inside q. For approvals
+// the caller holds the department lock so the answer stays true until
+// commit.
+func (s *Service) checkFit(ctx context.Context, q store.Querier, team tenancy.Team, p Payload, vcID string) (Fit, error) {
+	want, _, accept := p.wanted()
+	switch p.Kind() {
+	case KindCreateVirtualCluster:
+		o := Fit{Field: "request.create_virtual_cluster.spec.quota"}
+		node, err := tenancy.TeamNode(ctx, q, team.ID, team.Quota, vcID)
+		if err != nil {
+			return o, err
+		}
+		o.Shortfalls = quota.CheckFit([]quota.Node{node}, want)
+		return o, nil
+	case KindChangeVirtualClusterQuota:
+		o := Fit{Field: "request.change_virtual_cluster_quota.quota"}
+		vc, err := virtualcluster.Get(ctx, q, vcID, false)
+		if err != nil {
+			return o, err
+		}
+		node, err := tenancy.TeamNode(ctx, q, team.ID, team.Quota, vcID)
+		if err != nil {
+			return o, err
+		}
+		o.Shortfalls = quota.CheckFitChange([]quota.Node{node}, vc.Spec.Quota, want)
+		o.Below = quota.ShrinkCheck(want, vc.Allocated, accept)
+		return o, nil
+	case KindChangeTeamQuota:
+		o := Fit{Field: "request.change_team_quota.quota"}
+		budget, err := tenancy.Budget(ctx, q, team.Department, false)
+		if err != nil {
+			return o, err
+		}
+		node, err := tenancy.DepartmentNode(ctx, q, team.Department, budget, team.ID)
+		if err != nil {
+			return o, err
+		}
+		o.Shortfalls = quota.CheckFitChange([]quota.Node{node}, team.Quota, want)
+		children, err := tenancy.ChildrenOfTeam(ctx, q, team.ID)
+		if err != nil {
+			return o, err
+		}
+		o.Children = tenancy.BelowChildrenError(o.Field, "team", names.Team(team.ID), want, children)
+		allocated, err := virtualcluster.AllocatedToTeam(ctx, q, team.ID)
+		if err != nil {
+			return o, err
+		}
+		o.Below = quota.ShrinkCheck(want, allocated, accept)
+		return o, nil
+	}
+	return Fit{}, nil
+}
+
+// CheckFit answers "would it fit if approved now?" for a payload of team
+// (a stored request's, or one not yet created), in a read-only transaction.
+func (s *Service) CheckFit(ctx context.Context, team tenancy.Team, p Payload, vcID string) (Fit, error) {
+	var out Fit
+	err := s.db.InTx(ctx, store.TxOptions{ReadOnly: true, MaxAttempts: 1}, func(ctx context.Context, tx *store.Tx) error {
+		var err error
+		out, err = s.checkFit(ctx, tx, team, p, vcID)
+		return err
+	})
+	return out, err
+}
+
+// VirtualClusterID is the id of the virtual cluster a request is about
+// ("" for a team quota change).
+func (r Request) VirtualClusterID() string { return r.vcID() }

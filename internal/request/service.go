@@ -1,0 +1,427 @@
+package request
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpuplane/gpuplane/internal/audit"
+	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/names"
+	"github.com/gpuplane/gpuplane/internal/policy"
+	"github.com/gpuplane/gpuplane/internal/quota"
+	"github.com/gpuplane/gpuplane/internal/reqctx"
+	"github.com/gpuplane/gpuplane/internal/store"
+	"github.com/gpuplane/gpuplane/internal/tenancy"
+	"github.com/gpuplane/gpuplane/internal/virtualcluster"
+	"github.com/gpuplane/gpuplane/internal/workqueue"
+)
+
+// Defaults fill what a create request leaves out.
+type Defaults struct {
+	KubernetesVersion string
+	ChartVersion      string
+}
+
+// Apply fills the spec's unset fields: weight 1, priority 100 (KAI's
+// default) and the configured versions.
+func (d Defaults) Apply(spec *virtualcluster.Spec) {
+	if spec.OverQuotaWeight == 0 {
+		spec.OverQuotaWeight = 1
+	}
+	if spec.Priority == 0 {
+		spec.Priority = 100
+	}
+	if spec.KubernetesVersion == "" {
+		spec.KubernetesVersion = d.KubernetesVersion
+	}
+	if spec.ChartVersion == "" {
+		spec.ChartVersion = d.ChartVersion
+	}
+}
+
+// Service decides requests.
+type Service struct {
+	db       *store.DB
+	defaults Defaults
+	log      *slog.Logger
+	now      func() time.Time
+
+	mu       sync.Mutex
+	programs map[string]compiled // policy id -> program at a version
+}
+
+type compiled struct {
+	version int64
+	prg     *policy.Program
+}
+
+// NewService builds the service; now nil is time.Now.
+func NewService(db *store.DB, defaults Defaults, log *slog.Logger, now func() time.Time) *Service {
+	if log == nil {
+		log = slog.Default()
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Service{db: db, defaults: defaults, log: log, now: now}
+}
+
+// Defaults are the configured defaults for new virtual clusters.
+func (s *Service) Defaults() Defaults { return s.defaults }
+
+// Now is the service's clock.
+func (s *Service) Now() time.Time { return s.now() }
+
+func record(ctx context.Context, tx *store.Tx, actor reqctx.Principal, action, resource, requestID string, r Request, before, after any) error {
+	return audit.Record(ctx, tx, audit.Event{Actor: actor, Action: action, Resource: resource, RequestID: requestID,
+		Department: r.Department, Team: r.Team, Before: before, After: after})
+}
+
+// Create stores a validated request of team as PENDING (with its virtual
+// cluster in PENDING_APPROVAL for a create) and lets the approval policies
+// decide it at once.
+func (s *Service) Create(ctx context.Context, tx *store.Tx, actor reqctx.Principal, requestID string, team tenancy.Team, justification string, p Payload) (Request, error) {
+	// Locking the department first keeps one lock order (department ->
+	// request -> virtual cluster) everywhere, so approvals never deadlock.
+	if _, err := tenancy.LockDepartment(ctx, tx, team.Department); err != nil {
+		return Request{}, err
+	}
+	if p.Create != nil {
+		if err := virtualcluster.InsertPending(ctx, tx, team.ID, p.Create.VirtualClusterID, p.Create.Spec); err != nil {
+			return Request{}, err
+		}
+	}
+	row, err := insert(ctx, tx, team.ID, team.Department, justification, actor.Subject, p)
+	if err != nil {
+		return row, err
+	}
+	if err := record(ctx, tx, actor, "CreateRequest", row.Name(), requestID, row, nil, row.Snapshot()); err != nil {
+		return row, err
+	}
+	if err := s.autoApprove(ctx, tx, &row, team); err != nil {
+		return row, err
+	}
+	return row, nil
+}
+
+// Decide runs one decision on request id of department dept in a
+// transaction: it locks the department, then the request, checks etag and
+// calls apply.
+func (s *Service) Decide(ctx context.Context, id, dept, etag string, apply func(ctx context.Context, tx *store.Tx, r *Request) error) (Request, error) {
+	var out Request
+	err := s.db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+		if _, err := tenancy.LockDepartment(ctx, tx, dept); err != nil {
+			return err
+		}
+		cur, err := Get(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		if err := store.CheckEtag(cur.Name(), etag, cur.Etag()); err != nil {
+			return err
+		}
+		if err := apply(ctx, tx, &cur); err != nil {
+			return err
+		}
+		out = cur
+		return nil
+	})
+	return out, err
+}
+
+// Approve approves r as a person (decider = actor).
+func (s *Service) Approve(ctx context.Context, tx *store.Tx, r *Request, actor reqctx.Principal, reason string) error {
+	return s.approve(ctx, tx, r, actor, actor.Subject, reason, "")
+}
+
+// Reject rejects a pending request.
+func (s *Service) Reject(ctx context.Context, tx *store.Tx, r *Request, actor reqctx.Principal, reason string) error {
+	return s.close(ctx, tx, r, actor, StateRejected, reason, "RejectRequest")
+}
+
+// Cancel cancels a pending request on its requester's behalf.
+func (s *Service) Cancel(ctx context.Context, tx *store.Tx, r *Request, actor reqctx.Principal) error {
+	return s.close(ctx, tx, r, actor, StateCancelled, "cancelled by the requester", "CancelRequest")
+}
+
+// close rejects or cancels a pending request; a virtual cluster waiting for
+// it is marked REJECTED.
+func (s *Service) close(ctx context.Context, tx *store.Tx, r *Request, actor reqctx.Principal, state State, reason, action string) error {
+	if !r.State.CanMoveTo(state) {
+		return transitionError(r.Name(), r.State, state)
+	}
+	before := r.Snapshot()
+	row, err := setDecision(ctx, tx, r.ID, state, actor.Subject, reason, nil, nil)
+	if err != nil {
+		return err
+	}
+	*r = row
+	if r.Kind == KindCreateVirtualCluster && r.VirtualCluster != nil {
+		if err := virtualcluster.RejectPending(ctx, tx, *r.VirtualCluster, "request "+strings.ToLower(string(state))+": "+reason); err != nil {
+			return err
+		}
+	}
+	return record(ctx, tx, actor, action, r.Name(), "", *r, before, r.Snapshot())
+}
+
+// approve moves a pending request to APPROVED and makes its change in the
+// database, enqueueing host-cluster work in the same transaction. The caller
+// holds the department lock and the request row lock.
+func (s *Service) approve(ctx context.Context, tx *store.Tx, r *Request, actor reqctx.Principal, decider, reason, policyID string) error {
+	if !r.State.CanMoveTo(StateApproved) {
+		return transitionError(r.Name(), r.State, StateApproved)
+	}
+	team, err := tenancy.GetTeam(ctx, tx, r.Team, true)
+	if err != nil {
+		return err
+	}
+	if c := r.Payload.Create; c != nil && c.Spec.ExpireTime != nil && !c.Spec.ExpireTime.After(s.now()) {
+		return errs.FailedPrecondition(errs.ReasonInvalidTransition,
+			"%s asks for a virtual cluster whose expire_time (%s) has already passed; reject it or ask again",
+			r.Name(), c.Spec.ExpireTime.Format(time.RFC3339))
+	}
+	fit, err := s.checkFit(ctx, tx, team, r.Payload, r.vcID())
+	if err != nil {
+		return err
+	}
+	if !fit.Fits() {
+		return fit.Err()
+	}
+	before := r.Snapshot()
+	var target *int64
+	applied := false
+	want, limit, _ := r.Payload.wanted()
+	switch r.Kind {
+	case KindCreateVirtualCluster:
+		target, err = s.moveVirtualCluster(ctx, tx, actor, team.Department, r.vcID(), virtualcluster.PhaseProvisioning, false, nil, nil)
+	case KindChangeVirtualClusterQuota:
+		target, err = s.moveVirtualCluster(ctx, tx, actor, team.Department, r.vcID(), virtualcluster.PhaseProvisioning, true, &want, limit)
+	case KindDeleteVirtualCluster:
+		target, err = s.moveVirtualCluster(ctx, tx, actor, team.Department, r.vcID(), virtualcluster.PhaseDeleting, true, nil, nil)
+	case KindChangeTeamQuota:
+		err = tenancy.SetTeamQuota(ctx, tx, actor, team, want)
+		applied = true
+	}
+	if err != nil {
+		return err
+	}
+	var pol *string
+	if policyID != "" {
+		pol = &policyID
+	}
+	row, err := setDecision(ctx, tx, r.ID, StateApproved, decider, reason, pol, target)
+	if err != nil {
+		return err
+	}
+	*r = row
+	if applied {
+		// Team quota changes take effect with the decision: APPROVED and
+		// APPLIED in one transaction, each a legal step of the state machine.
+		if row, err = setState(ctx, tx, r.ID, StateApplied); err != nil {
+			return err
+		}
+		*r = row
+	}
+	return record(ctx, tx, actor, "ApproveRequest", r.Name(), "", *r, before, r.Snapshot())
+}
+
+// moveVirtualCluster changes phase (and quota), bumps the generation when
+// the desired state changed, and enqueues reconcile work. It returns the
+// generation the host must reach.
+func (s *Service) moveVirtualCluster(ctx context.Context, tx *store.Tx, actor reqctx.Principal, dept, id string, phase virtualcluster.Phase, bump bool, q, limit *quota.Resources) (*int64, error) {
+	vc, err := virtualcluster.Get(ctx, tx, id, true)
+	if err != nil {
+		return nil, err
+	}
+	if !vc.Phase.CanMoveTo(phase) {
+		return nil, errs.FailedPrecondition(errs.ReasonInvalidTransition,
+			"virtual cluster %s is %s and cannot move to %s", vc.Name(), vc.Phase, phase)
+	}
+	nextQuota, nextLimit := vc.Spec.Quota, vc.Spec.Limit
+	if q != nil {
+		nextQuota, nextLimit = *q, limit
+	}
+	row, err := virtualcluster.Move(ctx, tx, id, phase, nextQuota, nextLimit, bump)
+	if err != nil {
+		return nil, err
+	}
+	if err := workqueue.Enqueue(ctx, tx, id); err != nil {
+		return nil, err
+	}
+	gen := row.Generation
+	return &gen, audit.Record(ctx, tx, audit.Event{
+		Actor: actor, Action: "UpdateVirtualCluster", Resource: vc.Name(),
+		Department: dept, Team: vc.Team, Before: vc.Snapshot(), After: row.Snapshot(),
+	})
+}
+
+// autoApprove evaluates enabled policies in creation order; the first that
+// matches approves the request, provided it fits. A match that does not fit
+// leaves the request pending for a person, with the reason in the audit log.
+func (s *Service) autoApprove(ctx context.Context, tx *store.Tx, r *Request, team tenancy.Team) error {
+	pols, err := enabledPolicies(ctx, tx)
+	if err != nil || len(pols) == 0 {
+		return err
+	}
+	in, err := s.policyInput(ctx, tx, *r, team)
+	if err != nil {
+		return err
+	}
+	for _, p := range pols {
+		prg, err := s.program(p.ID, p.Version, p.Expression)
+		if err != nil {
+			s.log.WarnContext(ctx, "approval policy does not compile; skipped", "policy", p.ID, "error", err)
+			continue
+		}
+		ok, err := prg.Eval(ctx, in)
+		if err != nil {
+			s.log.WarnContext(ctx, "approval policy evaluation failed; treated as no match", "policy", p.ID, "error", err)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		actor := reqctx.System("policy/" + p.ID)
+		err = s.approve(ctx, tx, r, actor, "policy:"+p.ID, "auto-approved by "+names.ApprovalPolicy(p.ID), p.ID)
+		if err == nil {
+			return nil
+		}
+		if errs.KindOf(err) != errs.KindFailedPrecondition {
+			return err
+		}
+		return record(ctx, tx, actor, "AutoApprovalSkipped", r.Name(), "", *r, nil, r.Snapshot())
+	}
+	return nil
+}
+
+// program compiles a policy once per version. The expression is compared
+// too: a policy deleted and created again under the same id starts over at
+// version 1 with a different expression.
+func (s *Service) program(id string, version int64, expr string) (*policy.Program, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.programs[id]; ok && c.version == version && c.prg.Expression() == expr {
+		return c.prg, nil
+	}
+	prg, err := policy.Compile(expr)
+	if err != nil {
+		return nil, err
+	}
+	if s.programs == nil {
+		s.programs = map[string]compiled{}
+	}
+	s.programs[id] = compiled{version: version, prg: prg}
+	return prg, nil
+}
+
+// policyInput describes a request to CEL.
+func (s *Service) policyInput(ctx context.Context, q store.Querier, r Request, team tenancy.Team) (policy.Input, error) {
+	in := policy.Input{
+		Request: policy.Request{Kind: string(r.Kind), Justification: r.Justification, Requester: r.Requester},
+		Team:    policy.Team{Name: team.ID, IsolationTier: string(team.Tier), GPUQuota: team.Quota.GPU.KAI()},
+	}
+	budget, err := tenancy.Budget(ctx, q, team.Department, false)
+	if err != nil {
+		return in, err
+	}
+	in.Department = policy.Department{Name: team.Department, GPUBudget: budget.GPU.KAI()}
+	var current quota.Resources
+	switch r.Kind {
+	case KindChangeVirtualClusterQuota, KindDeleteVirtualCluster:
+		vc, err := virtualcluster.Get(ctx, q, r.vcID(), false)
+		if err != nil {
+			return in, err
+		}
+		current = vc.Spec.Quota
+		in.Request.FractionalGPUs = vc.Spec.AllowFractionalGPUs
+	case KindChangeTeamQuota:
+		current = team.Quota
+	case KindCreateVirtualCluster:
+		in.Request.FractionalGPUs = r.Payload.Create.Spec.AllowFractionalGPUs
+		in.Request.Expires = r.Payload.Create.Spec.ExpireTime != nil
+	}
+	want, _, _ := r.Payload.wanted()
+	in.Request.SetQuantities(want, current)
+	return in, nil
+}
+
+// Settle moves the APPROVED requests carried by generations up to gen of
+// virtual cluster vc (of team in dept) to APPLIED or FAILED, with an audit
+// event each (the worker, once the host reflects gen or gave up).
+func Settle(ctx context.Context, tx *store.Tx, actor reqctx.Principal, vc, dept, team string, gen int64, state State, failure string) error {
+	ids, err := settle(ctx, tx, vc, gen, state, failure)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := audit.Record(ctx, tx, audit.Event{Actor: actor, Action: "Request" + state.Word(), Resource: names.Request(id),
+			Department: dept, Team: team}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ExpireVirtualClusters creates an approved delete request for every live
+// virtual cluster whose expire_time has passed, one transaction each. Safe
+// to run from several replicas: the phase moves to DELETING under the
+// department and row locks, so each is expired once. Returns how many.
+func (s *Service) ExpireVirtualClusters(ctx context.Context) (int, error) {
+	actor := reqctx.System("expiry")
+	n := 0
+	for {
+		done := false
+		err := s.db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+			id, teamID, found, err := virtualcluster.NextExpired(ctx, tx, s.now())
+			if err != nil || !found {
+				done = !found
+				return err
+			}
+			team, err := tenancy.GetTeam(ctx, tx, teamID, false)
+			if err != nil {
+				return err
+			}
+			// Lock order as everywhere else: department, then the virtual
+			// cluster. Another replica may have expired it meanwhile.
+			if _, err := tenancy.LockDepartment(ctx, tx, team.Department); err != nil {
+				return err
+			}
+			vc, err := virtualcluster.Get(ctx, tx, id, true)
+			if err != nil {
+				return err
+			}
+			if !vc.Phase.IsLive() {
+				return nil
+			}
+			// A pending request on this virtual cluster is superseded; it is
+			// cancelled like any other, audit event included.
+			pending, err := pendingFor(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			for i := range pending {
+				if err := s.close(ctx, tx, &pending[i], actor, StateCancelled, "virtual cluster expired", "CancelRequest"); err != nil {
+					return err
+				}
+			}
+			row, err := insert(ctx, tx, team.ID, team.Department, "expire_time passed", actor.Subject,
+				Payload{Delete: &DeletePayload{VirtualCluster: names.VirtualCluster(team.ID, id)}})
+			if err != nil {
+				return err
+			}
+			if err := record(ctx, tx, actor, "CreateRequest", row.Name(), "", row, nil, row.Snapshot()); err != nil {
+				return err
+			}
+			return s.approve(ctx, tx, &row, actor, actor.Subject, "virtual cluster expired", "")
+		})
+		if err == nil && !done {
+			n++ // counted once committed: InTx may run the callback again
+		}
+		if err != nil || done {
+			return n, err
+		}
+	}
+}

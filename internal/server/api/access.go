@@ -1,0 +1,74 @@
+package api
+
+import (
+	"context"
+	"slices"
+
+	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/identity"
+	"github.com/gpuplane/gpuplane/internal/names"
+	"github.com/gpuplane/gpuplane/internal/reqctx"
+	"github.com/gpuplane/gpuplane/internal/store"
+	"github.com/gpuplane/gpuplane/internal/tenancy"
+)
+
+// access loads what the caller in ctx may do. One query, run on every call.
+func (s *API) access(ctx context.Context) (*identity.Access, error) {
+	p, ok := reqctx.PrincipalFrom(ctx)
+	if !ok {
+		return nil, errs.New(errs.KindUnauthenticated, errs.ReasonUnauthenticated, "no authenticated caller")
+	}
+	a := &identity.Access{Principal: p, AdminOf: map[string]bool{}, Teams: map[string]identity.TeamGrant{}}
+	for _, g := range p.Groups {
+		if slices.Contains(s.adminGroups, g) {
+			a.PlatformAdmin = true
+		}
+	}
+	grants, err := tenancy.GrantsOf(ctx, s.db, p.Username, p.Groups)
+	if err != nil {
+		return nil, err
+	}
+	for _, gr := range grants {
+		if gr.Team == "" {
+			a.AdminOf[gr.Department] = true
+			continue
+		}
+		g := a.Teams[gr.Team]
+		g.Department = gr.Department
+		if r := identity.ParseRole(string(gr.Role)); r > g.Role {
+			g.Role = r
+		}
+		g.Via = append(g.Via, gr.Member)
+		a.Teams[gr.Team] = g
+	}
+	return a, nil
+}
+
+// readScope is what a list may return to a: everything for platform
+// admins, otherwise rows of its teams and of the departments it
+// administers.
+func readScope(a *identity.Access) store.Scope {
+	return store.Scope{All: a.PlatformAdmin, Teams: a.ReadableTeams(), Departments: a.AdminDepartments()}
+}
+
+// readableTeam returns the team when the caller may read it and NOT_FOUND
+// otherwise (foreign teams look absent), together with the caller's access
+// it loaded, so handlers do not load it a second time.
+func (s *API) readableTeam(ctx context.Context, field, name string) (tenancy.Team, *identity.Access, error) {
+	id, err := names.ParseTeam(field, name)
+	if err != nil {
+		return tenancy.Team{}, nil, err
+	}
+	a, err := s.access(ctx)
+	if err != nil {
+		return tenancy.Team{}, nil, err
+	}
+	t, err := tenancy.GetTeam(ctx, s.db, id, false)
+	if err != nil {
+		return t, nil, err
+	}
+	if !a.CanReadTeam(t.ID, t.Department) {
+		return tenancy.Team{}, nil, errs.NotFound(name)
+	}
+	return t, a, nil
+}

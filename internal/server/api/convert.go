@@ -1,0 +1,249 @@
+package api
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
+	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/names"
+	"github.com/gpuplane/gpuplane/internal/quota"
+	"github.com/gpuplane/gpuplane/internal/request"
+	"github.com/gpuplane/gpuplane/internal/tenancy"
+	"github.com/gpuplane/gpuplane/internal/virtualcluster"
+)
+
+// Proto <-> domain conversion: the only place the domain types meet the
+// generated ones.
+
+func ts(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
+
+func tsPtr(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}
+
+// quotaFromProto validates and converts an API quota; nil means zero.
+func quotaFromProto(v *errs.Violations, field string, q *pb.Quota) quota.Resources {
+	var r quota.Resources
+	if q == nil {
+		return r
+	}
+	if q.Gpu != "" {
+		g, err := quota.ParseGPU(q.Gpu)
+		if err != nil {
+			v.Add(field+".gpu", "%v", err)
+		}
+		r.GPU = g
+	}
+	r.CPUMillis = q.CpuMillis
+	r.MemoryBytes = q.MemoryBytes
+	for _, fv := range r.Validate(field) {
+		*v = append(*v, fv)
+	}
+	return r
+}
+
+func quotaToProto(r quota.Resources) *pb.Quota {
+	return &pb.Quota{Gpu: r.GPU.String(), CpuMillis: r.CPUMillis, MemoryBytes: r.MemoryBytes}
+}
+
+func quotaPtrToProto(r *quota.Resources) *pb.Quota {
+	if r == nil {
+		return nil
+	}
+	return quotaToProto(*r)
+}
+
+func departmentToProto(d tenancy.Department) *pb.Department {
+	return &pb.Department{
+		Name: d.Name(), DisplayName: d.DisplayName, QuotaBudget: quotaToProto(d.Budget), AdminGroups: d.AdminGroups,
+		Etag: d.Etag(), CreateTime: ts(d.Created), UpdateTime: ts(d.Updated),
+	}
+}
+
+func teamToProto(t tenancy.Team) *pb.Team {
+	return &pb.Team{
+		Name: t.Name(), Department: names.Department(t.Department), DisplayName: t.DisplayName,
+		IsolationTier: pb.IsolationTier(pb.IsolationTier_value[string(t.Tier)]), Quota: quotaToProto(t.Quota),
+		Etag: t.Etag(), CreateTime: ts(t.Created), UpdateTime: ts(t.Updated),
+	}
+}
+
+func memberToProto(m tenancy.Member) *pb.Member {
+	out := &pb.Member{
+		Name: m.Name(), Role: pb.TeamRole(pb.TeamRole_value[string(m.Role)]),
+		Etag: m.Etag(), CreateTime: ts(m.Created), UpdateTime: ts(m.Updated),
+	}
+	if m.Kind == tenancy.KindGroup {
+		out.Principal = &pb.Member_Group{Group: m.Principal}
+	} else {
+		out.Principal = &pb.Member_User{User: m.Principal}
+	}
+	return out
+}
+
+func policyToProto(p request.Policy) *pb.ApprovalPolicy {
+	return &pb.ApprovalPolicy{
+		Name: p.Name(), DisplayName: p.DisplayName, Expression: p.Expression, Disabled: p.Disabled,
+		Etag: p.Etag(), CreateTime: ts(p.Created), UpdateTime: ts(p.Updated),
+	}
+}
+
+func specToProto(s virtualcluster.Spec) *pb.VirtualClusterSpec {
+	return &pb.VirtualClusterSpec{
+		DisplayName: s.DisplayName, Quota: quotaToProto(s.Quota), Limit: quotaPtrToProto(s.Limit),
+		OverQuotaWeight: s.OverQuotaWeight, Priority: s.Priority, AllowFractionalGpus: s.AllowFractionalGPUs,
+		KubernetesVersion: s.KubernetesVersion, ChartVersion: s.ChartVersion, ExpireTime: tsPtr(s.ExpireTime),
+	}
+}
+
+func conditionsToProto(cs []virtualcluster.Condition) []*pb.Condition {
+	out := make([]*pb.Condition, 0, len(cs))
+	for _, c := range cs {
+		pc := &pb.Condition{Type: c.Type, Status: pb.Condition_Status(pb.Condition_Status_value[string(c.Status)]),
+			Reason: c.Reason, Message: c.Message, ObservedGeneration: c.ObservedGeneration}
+		if !c.LastTransitionTime.IsZero() {
+			pc.LastTransitionTime = ts(c.LastTransitionTime)
+		}
+		out = append(out, pc)
+	}
+	return out
+}
+
+func virtualClusterToProto(v virtualcluster.VirtualCluster) *pb.VirtualCluster {
+	return &pb.VirtualCluster{
+		Name: v.Name(),
+		Spec: specToProto(v.Spec),
+		Status: &pb.VirtualClusterStatus{
+			Phase:              pb.VirtualClusterStatus_Phase(pb.VirtualClusterStatus_Phase_value[string(v.Phase)]),
+			Conditions:         conditionsToProto(v.Conditions),
+			ObservedGeneration: v.ObservedGeneration,
+			Endpoint:           v.Endpoint,
+			Message:            v.StatusMessage,
+			Allocated:          quotaToProto(v.Allocated),
+		},
+		Generation: v.Generation,
+		Etag:       v.Etag(),
+		CreateTime: ts(v.Created),
+		UpdateTime: ts(v.Updated),
+	}
+}
+
+func requestToProto(r request.Request) *pb.Request {
+	out := &pb.Request{
+		Name: r.Name(), Team: names.Team(r.Team), Department: names.Department(r.Department),
+		Kind: pb.Request_Kind(pb.Request_Kind_value[string(r.Kind)]), Justification: r.Justification,
+		State: pb.Request_State(pb.Request_State_value[string(r.State)]), Requester: r.Requester, Decider: r.Decider,
+		DecisionReason: r.DecisionReason, FailureMessage: r.FailureMessage, Etag: r.Etag(),
+		CreateTime: ts(r.Created), UpdateTime: ts(r.Updated), DecideTime: tsPtr(r.DecideTime),
+	}
+	payloadToProto(r.Payload, out)
+	if r.ApprovalPolicy != nil {
+		out.ApprovalPolicy = names.ApprovalPolicy(*r.ApprovalPolicy)
+	}
+	return out
+}
+
+func payloadToProto(p request.Payload, out *pb.Request) {
+	switch {
+	case p.Create != nil:
+		out.Payload = &pb.Request_CreateVirtualCluster{CreateVirtualCluster: &pb.CreateVirtualClusterPayload{
+			VirtualClusterId: p.Create.VirtualClusterID, Spec: specToProto(p.Create.Spec), VirtualCluster: p.Create.VirtualCluster}}
+	case p.ChangeVCQuota != nil:
+		c := p.ChangeVCQuota
+		out.Payload = &pb.Request_ChangeVirtualClusterQuota{ChangeVirtualClusterQuota: &pb.ChangeVirtualClusterQuotaPayload{
+			VirtualCluster: c.VirtualCluster, Quota: quotaToProto(c.Quota), Limit: quotaPtrToProto(c.Limit), AcceptPreemption: c.AcceptPreemption}}
+	case p.ChangeTeamQuota != nil:
+		out.Payload = &pb.Request_ChangeTeamQuota{ChangeTeamQuota: &pb.ChangeTeamQuotaPayload{
+			Quota: quotaToProto(p.ChangeTeamQuota.Quota), AcceptPreemption: p.ChangeTeamQuota.AcceptPreemption}}
+	case p.Delete != nil:
+		out.Payload = &pb.Request_DeleteVirtualCluster{DeleteVirtualCluster: &pb.DeleteVirtualClusterPayload{VirtualCluster: p.Delete.VirtualCluster}}
+	}
+}
+
+// checkDisplayName bounds free text the UI shows.
+func checkDisplayName(v *errs.Violations, field, s string) {
+	if len(s) > 256 {
+		v.Add(field, "must be at most 256 characters")
+	}
+	if strings.ContainsRune(s, 0) {
+		v.Add(field, "must not contain NUL characters")
+	}
+}
+
+// maskPaths validates an update mask against the allowed paths; empty or
+// "*" selects them all.
+//
+// grpc-gateway derives the mask of a REST PATCH from the fields present in
+// the body, so two more forms are accepted: output-only fields (name, etag,
+// create_time, update_time), which are ignored rather than refused (a client
+// sends the etag in the body to get the optimistic-concurrency check), and
+// sub-fields of a quota ("quota.gpu"), which select the parent too and are
+// applied by maskedQuota.
+func maskPaths(paths []string, allowed ...string) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(paths) == 0 || (len(paths) == 1 && paths[0] == "*") {
+		for _, p := range allowed {
+			out[p] = true
+		}
+		return out, nil
+	}
+	whole := map[string]bool{}
+	for _, p := range paths {
+		switch parent, sub, _ := strings.Cut(p, "."); {
+		case slices.Contains(allowed, p):
+			out[p], whole[p] = true, true
+		case slices.Contains(outputOnlyPaths, p):
+		case slices.Contains(allowed, parent) && slices.Contains(quotaParents, parent) && isQuotaField(sub):
+			out[parent], out[p] = true, true
+		default:
+			return nil, errs.InvalidField("update_mask", "path %q cannot be updated; updatable: %s", p, strings.Join(allowed, ", "))
+		}
+	}
+	// A whole quota in the mask wins over its sub-fields.
+	for p := range out {
+		if parent, _, ok := strings.Cut(p, "."); ok && whole[parent] {
+			delete(out, p)
+		}
+	}
+	return out, nil
+}
+
+// outputOnlyPaths may appear in a mask but are never updated. Immutable
+// fields (a team's department, a member's principal) are listed too, so a
+// client can PATCH back a whole object it read; the handlers refuse a
+// changed value.
+var outputOnlyPaths = []string{"name", "etag", "create_time", "update_time", "department", "user", "group"}
+
+// quotaParents are the Quota-typed fields whose sub-fields a mask may name.
+var quotaParents = []string{"quota", "quota_budget"}
+
+func isQuotaField(f string) bool {
+	for _, k := range quota.AllResources {
+		if k.Field() == f {
+			return true
+		}
+	}
+	return false
+}
+
+// maskedQuota is the quota an update leaves: body when the mask names field
+// as a whole, otherwise cur with only the masked sub-fields taken from body.
+func maskedQuota(paths map[string]bool, field string, cur, body quota.Resources) quota.Resources {
+	next, partial := cur, false
+	for _, k := range quota.AllResources {
+		if paths[field+"."+k.Field()] {
+			next, partial = next.With(k, body.Get(k)), true
+		}
+	}
+	if !partial {
+		return body
+	}
+	return next
+}

@@ -1,0 +1,86 @@
+package store
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Querier runs statements: a *DB (each statement on its own) or a *Tx.
+// Only the repositories (one per table, beside their domain package) call
+// it with SQL; everything else reaches the database through them.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// DB is the database: the connection pool plus callback transactions
+// (InTx). It is a Querier for single statements outside a transaction.
+type DB struct{ pool *pgxpool.Pool }
+
+// New wraps a pool (from Open).
+func New(pool *pgxpool.Pool) *DB { return &DB{pool: pool} }
+
+// Pool is the underlying pool (migrations, health checks, metrics).
+func (db *DB) Pool() *pgxpool.Pool { return db.pool }
+
+// Exec implements Querier.
+func (db *DB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return db.pool.Exec(ctx, sql, args...)
+}
+
+// Query implements Querier.
+func (db *DB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return db.pool.Query(ctx, sql, args...)
+}
+
+// QueryRow implements Querier.
+func (db *DB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return db.pool.QueryRow(ctx, sql, args...)
+}
+
+// Tx is one transaction, handed to the callback of DB.InTx. It is typed so
+// that what runs inside a transaction says so in its signature, and so that
+// nobody outside the store commits or rolls it back.
+type Tx struct{ tx pgx.Tx }
+
+// Exec implements Querier.
+func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return t.tx.Exec(ctx, sql, args...)
+}
+
+// Query implements Querier.
+func (t *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return t.tx.Query(ctx, sql, args...)
+}
+
+// QueryRow implements Querier.
+func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return t.tx.QueryRow(ctx, sql, args...)
+}
+
+// Scope limits a list to what a caller may read: everything (All), or rows
+// of the given teams and of the given departments. Repositories turn it
+// into their own SQL.
+type Scope struct {
+	All         bool
+	Teams       []string
+	Departments []string
+}
+
+// CountBy runs a "SELECT label, count(*) ... GROUP BY label" query for a
+// repository and returns the counts by label.
+func CountBy(ctx context.Context, q Querier, sql string, args ...any) (map[string]int64, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	counts := map[string]int64{}
+	var label string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&label, &n}, func() error { counts[label] = n; return nil })
+	return counts, err
+}

@@ -1,0 +1,124 @@
+package tenancy
+
+// The teams table: every statement on it is in this file.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/names"
+	"github.com/gpuplane/gpuplane/internal/quota"
+	"github.com/gpuplane/gpuplane/internal/store"
+	"github.com/gpuplane/gpuplane/internal/store/filter"
+	"github.com/gpuplane/gpuplane/internal/virtualcluster"
+)
+
+const teamColumns = `id, department_id, display_name, isolation_tier, gpu_centi, cpu_millis, memory_bytes, version, create_time, update_time`
+
+func scanTeam(row pgx.Row) (Team, error) {
+	var t Team
+	err := row.Scan(&t.ID, &t.Department, &t.DisplayName, &t.Tier, &t.Quota.GPU, &t.Quota.CPUMillis,
+		&t.Quota.MemoryBytes, &t.Version, &t.Created, &t.Updated)
+	return t, err
+}
+
+// GetTeam reads a team; lock takes a row lock (in a Tx).
+func GetTeam(ctx context.Context, q store.Querier, id string, lock bool) (Team, error) {
+	sql := `SELECT ` + teamColumns + ` FROM teams WHERE id = $1`
+	if lock {
+		sql += ` FOR UPDATE`
+	}
+	t, err := scanTeam(q.QueryRow(ctx, sql, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return t, errs.NotFound(names.Team(id))
+	}
+	return t, err
+}
+
+func insertTeam(ctx context.Context, tx *store.Tx, t Team) (Team, error) {
+	row, err := scanTeam(tx.QueryRow(ctx, `
+		INSERT INTO teams (id, department_id, display_name, isolation_tier, gpu_centi, cpu_millis, memory_bytes)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+teamColumns,
+		t.ID, t.Department, t.DisplayName, t.Tier, t.Quota.GPU, t.Quota.CPUMillis, t.Quota.MemoryBytes))
+	if err != nil && errs.KindOf(store.Classify(err)) == errs.KindAlreadyExists {
+		return row, errs.AlreadyExists(names.Team(t.ID))
+	}
+	return row, err
+}
+
+func updateTeam(ctx context.Context, tx *store.Tx, t Team) (Team, error) {
+	return scanTeam(tx.QueryRow(ctx, `
+		UPDATE teams SET display_name = $2, isolation_tier = $3, gpu_centi = $4, cpu_millis = $5, memory_bytes = $6,
+		       version = version + 1, update_time = now()
+		 WHERE id = $1 RETURNING `+teamColumns,
+		t.ID, t.DisplayName, t.Tier, t.Quota.GPU, t.Quota.CPUMillis, t.Quota.MemoryBytes))
+}
+
+func setTeamQuota(ctx context.Context, tx *store.Tx, id string, q quota.Resources) (Team, error) {
+	row, err := scanTeam(tx.QueryRow(ctx, `UPDATE teams SET gpu_centi = $2, cpu_millis = $3, memory_bytes = $4,
+		version = version + 1, update_time = now() WHERE id = $1 RETURNING `+teamColumns, id, q.GPU, q.CPUMillis, q.MemoryBytes))
+	if err != nil {
+		return row, fmt.Errorf("update team quota: %w", err)
+	}
+	return row, nil
+}
+
+func deleteTeam(ctx context.Context, tx *store.Tx, id string) error {
+	_, err := tx.Exec(ctx, `DELETE FROM teams WHERE id = $1`, id)
+	return err
+}
+
+func countTeams(ctx context.Context, q store.Querier, dept string) (int, error) {
+	var n int
+	err := q.QueryRow(ctx, `SELECT count(*) FROM teams WHERE department_id = $1`, dept).Scan(&n)
+	return n, err
+}
+
+var teamFilter = filter.Schema{
+	"department":     {Column: "department_id", Type: filter.String, Strip: "departments/"},
+	"isolation_tier": {Column: "isolation_tier", Type: filter.Enum, Enum: []string{string(TierShared), string(TierDedicated)}},
+	"display_name":   {Column: "display_name", Type: filter.String, Prefix: true},
+}
+
+// ListTeams returns a page of teams in scope (its teams, and teams of its
+// departments), and whether more follow.
+func ListTeams(ctx context.Context, q store.Querier, o ListOptions) ([]Team, bool, error) {
+	lq, err := store.NewList(o.PageSize, o.Filter, teamFilter)
+	if err != nil {
+		return nil, false, err
+	}
+	lq.Where("id > " + lq.Arg(o.After))
+	if !o.Scope.All {
+		lq.Where("id = ANY(" + lq.Arg(o.Scope.Teams) + ") OR department_id = ANY(" + lq.Arg(o.Scope.Departments) + ")")
+	}
+	return store.FetchPage(ctx, q, lq, `SELECT `+teamColumns+` FROM teams`, "id", scanTeam)
+}
+
+// TeamUsage is a team's quota and what KAI reports allocated in its
+// quota-holding virtual clusters.
+type TeamUsage struct {
+	Team             string
+	Quota, Allocated quota.Resources
+}
+
+// Usage reads every team's quota and allocation in one query (metrics).
+func Usage(ctx context.Context, q store.Querier) ([]TeamUsage, error) {
+	rows, err := q.Query(ctx, `
+		SELECT t.id, t.gpu_centi, t.cpu_millis, t.memory_bytes,
+		       COALESCE(SUM(v.alloc_gpu_centi), 0), COALESCE(SUM(v.alloc_cpu_millis), 0), COALESCE(SUM(v.alloc_memory_bytes), 0)
+		  FROM teams t
+		  LEFT JOIN virtual_clusters v ON v.team_id = t.id AND v.phase = ANY($1)
+		 GROUP BY t.id`, virtualcluster.PhasesWhere(virtualcluster.Phase.HoldsQuota))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (TeamUsage, error) {
+		var u TeamUsage
+		return u, r.Scan(&u.Team, &u.Quota.GPU, &u.Quota.CPUMillis, &u.Quota.MemoryBytes,
+			&u.Allocated.GPU, &u.Allocated.CPUMillis, &u.Allocated.MemoryBytes)
+	})
+}
