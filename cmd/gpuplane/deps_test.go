@@ -47,3 +47,45 @@ func TestProductionBinaryLinksNoDevCode(t *testing.T) {
 	}
 	t.Logf("cmd/gpuplane links %d packages", len(deps))
 }
+
+func goList(t *testing.T, args ...string) []string {
+	t.Helper()
+	out, err := exec.Command("go", append([]string{"list"}, args...)...).Output()
+	if err != nil {
+		var stderr string
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("go list %v: %v\n%s", args, err, stderr)
+	}
+	return strings.Fields(string(out))
+}
+
+const module = "github.com/gpuplane/gpuplane/"
+
+// The layers: the worker and the domain never link the API layer (the
+// generated gRPC code or its adapters), and the domain packages import
+// nothing of gRPC, HTTP or Kubernetes themselves.
+func TestLayers(t *testing.T) {
+	apiLayer := []string{module + "api/gpuplane/v1", module + "internal/server"}
+	domain := []string{"internal/reqctx", "internal/store", "internal/audit", "internal/virtualcluster", "internal/tenancy",
+		"internal/request", "internal/workqueue", "internal/quota", "internal/policy", "internal/jsonshape"}
+	for _, pkg := range append([]string{"internal/reconcile"}, domain...) {
+		for _, dep := range goList(t, "-deps", module+pkg) {
+			for _, f := range apiLayer {
+				if dep == f || strings.HasPrefix(dep, f+"/") {
+					t.Errorf("%s links %s: the worker and the domain must not depend on the API layer", pkg, dep)
+				}
+			}
+		}
+	}
+	for _, pkg := range domain {
+		for _, imp := range goList(t, "-f", `{{join .Imports "\n"}}`, module+pkg) {
+			if strings.HasPrefix(imp, "google.golang.org/grpc") || strings.HasPrefix(imp, "k8s.io/") ||
+				imp == "net/http" || strings.HasPrefix(imp, "google.golang.org/protobuf") {
+				t.Errorf("domain package %s imports %s", pkg, imp)
+			}
+		}
+	}
+}

@@ -97,11 +97,19 @@ func ChildrenOfDepartment(ctx context.Context, q store.Querier, dept string) (qu
 		FROM departments WHERE id = $1`, dept)
 }
 
+// adminGroups is never NULL in the table: no groups is an empty array.
+func adminGroups(d Department) []string {
+	if d.AdminGroups == nil {
+		return []string{}
+	}
+	return d.AdminGroups
+}
+
 func insertDepartment(ctx context.Context, tx *store.Tx, d Department) (Department, error) {
 	row, err := scanDepartment(tx.QueryRow(ctx, `
 		INSERT INTO departments (id, display_name, gpu_centi, cpu_millis, memory_bytes, admin_groups)
 		VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+departmentColumns,
-		d.ID, d.DisplayName, d.Budget.GPU, d.Budget.CPUMillis, d.Budget.MemoryBytes, d.AdminGroups))
+		d.ID, d.DisplayName, d.Budget.GPU, d.Budget.CPUMillis, d.Budget.MemoryBytes, adminGroups(d)))
 	if err != nil && errs.KindOf(store.Classify(err)) == errs.KindAlreadyExists {
 		return row, errs.AlreadyExists(names.Department(d.ID))
 	}
@@ -113,7 +121,7 @@ func updateDepartment(ctx context.Context, tx *store.Tx, d Department) (Departme
 		UPDATE departments SET display_name = $2, gpu_centi = $3, cpu_millis = $4, memory_bytes = $5,
 		       admin_groups = $6, version = version + 1, update_time = now()
 		 WHERE id = $1 RETURNING `+departmentColumns,
-		d.ID, d.DisplayName, d.Budget.GPU, d.Budget.CPUMillis, d.Budget.MemoryBytes, d.AdminGroups))
+		d.ID, d.DisplayName, d.Budget.GPU, d.Budget.CPUMillis, d.Budget.MemoryBytes, adminGroups(d)))
 }
 
 func deleteDepartment(ctx context.Context, tx *store.Tx, id string) error {

@@ -1,0 +1,218 @@
+package request_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/quota"
+	"github.com/gpuplane/gpuplane/internal/reqctx"
+	"github.com/gpuplane/gpuplane/internal/request"
+	"github.com/gpuplane/gpuplane/internal/store"
+	"github.com/gpuplane/gpuplane/internal/store/storetest"
+	"github.com/gpuplane/gpuplane/internal/tenancy"
+	"github.com/gpuplane/gpuplane/internal/virtualcluster"
+	"github.com/gpuplane/gpuplane/internal/workqueue"
+)
+
+func TestMain(m *testing.M) { storetest.Main(m) }
+
+var (
+	alice = reqctx.Principal{Subject: "sub-alice", Username: "alice"}
+	bob   = reqctx.Principal{Subject: "sub-bob", Username: "bob"}
+)
+
+type fixture struct {
+	t    *testing.T
+	ctx  context.Context
+	db   *store.DB
+	svc  *request.Service
+	now  time.Time
+	team tenancy.Team
+}
+
+// newFixture: department research (8 GPUs) with team-a (4 GPUs).
+func newFixture(t *testing.T) *fixture {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	f := &fixture{t: t, ctx: ctx, db: store.New(storetest.Pool(t)), now: time.Now()}
+	f.svc = request.NewService(f.db, request.Defaults{KubernetesVersion: "v1.31.1", ChartVersion: "0.20.0"}, nil, func() time.Time { return f.now })
+	ten := tenancy.NewService(tenancy.StaticCapacity{GPU: quota.GPUs(16)}, 1, request.TeamHistory{})
+	f.must(f.db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+		if _, err := ten.CreateDepartment(ctx, tx, alice, "", tenancy.Department{ID: "research", Budget: quota.Resources{GPU: quota.GPUs(8)}}); err != nil {
+			return err
+		}
+		var err error
+		f.team, err = ten.CreateTeam(ctx, tx, alice, "", tenancy.Team{ID: "team-a", Department: "research", Tier: tenancy.TierShared,
+			Quota: quota.Resources{GPU: quota.GPUs(4)}})
+		return err
+	}))
+	return f
+}
+
+func (f *fixture) must(err error) {
+	f.t.Helper()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) create(p request.Payload) (request.Request, error) {
+	var r request.Request
+	err := f.db.InTx(f.ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+		var err error
+		r, err = f.svc.Create(ctx, tx, bob, "", f.team, "test", p)
+		return err
+	})
+	return r, err
+}
+
+func (f *fixture) approve(r request.Request) (request.Request, error) {
+	return f.svc.Decide(f.ctx, r.ID, r.Department, "", func(ctx context.Context, tx *store.Tx, r *request.Request) error {
+		return f.svc.Approve(ctx, tx, r, alice, "ok")
+	})
+}
+
+func createVC(id string, gpu int64, expire *time.Time) request.Payload {
+	spec := virtualcluster.Spec{Quota: quota.Resources{GPU: quota.GPUs(gpu)}, OverQuotaWeight: 1, Priority: 100, ExpireTime: expire}
+	return request.Payload{Create: &request.CreatePayload{VirtualClusterID: id, Spec: spec, VirtualCluster: "teams/team-a/virtualClusters/" + id}}
+}
+
+// Create -> approve: the virtual cluster is provisioning at generation 1,
+// work is queued in the same transaction, and a second approval is refused.
+func TestCreateApproveQueuesWork(t *testing.T) {
+	f := newFixture(t)
+	r, err := f.create(createVC("ml", 2, nil))
+	f.must(err)
+	if r.State != request.StatePending {
+		t.Fatalf("state %s", r.State)
+	}
+	vc, err := virtualcluster.Get(f.ctx, f.db, "ml", false)
+	f.must(err)
+	if vc.Phase != virtualcluster.PhasePendingApproval {
+		t.Fatalf("phase %s", vc.Phase)
+	}
+	if _, err := f.create(createVC("ml", 1, nil)); errs.KindOf(err) != errs.KindAlreadyExists {
+		t.Fatalf("second create of the same name: %v", err)
+	}
+	r, err = f.approve(r)
+	f.must(err)
+	vc, err = virtualcluster.Get(f.ctx, f.db, "ml", false)
+	f.must(err)
+	if vc.Phase != virtualcluster.PhaseProvisioning {
+		t.Fatalf("phase %s after approval", vc.Phase)
+	}
+	if r.State != request.StateApproved || r.TargetGeneration == nil || *r.TargetGeneration != vc.Generation || r.Decider != alice.Subject {
+		t.Fatalf("approved request %+v (virtual cluster at generation %d)", r, vc.Generation)
+	}
+	st, err := workqueue.Stats(f.ctx, f.db)
+	f.must(err)
+	if st.Depth != 1 {
+		t.Fatalf("queue depth %d, want 1", st.Depth)
+	}
+	if _, err := f.approve(r); errs.KindOf(err) != errs.KindFailedPrecondition {
+		t.Fatalf("second approval: %v", err)
+	}
+	// The worker reports the generation applied: the request is APPLIED.
+	f.must(f.db.InTx(f.ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+		return request.Settle(ctx, tx, reqctx.System("worker"), "ml", "research", "team-a", vc.Generation, request.StateApplied, "")
+	}))
+	if r, err = request.Get(f.ctx, f.db, r.ID, false); err != nil || r.State != request.StateApplied {
+		t.Fatalf("after settle: %s %v", r.State, err)
+	}
+}
+
+// A request that does not fit its team is refused at approval with the
+// level, resource and what is free; the team quota change that makes room
+// takes effect with its approval (APPLIED at once).
+func TestFitAndTeamQuota(t *testing.T) {
+	f := newFixture(t)
+	r, err := f.create(createVC("big", 5, nil))
+	f.must(err)
+	_, err = f.approve(r)
+	if e, ok := errs.As(err); !ok || e.Kind != errs.KindFailedPrecondition || e.Reason != errs.ReasonQuotaExceeded || e.Metadata["free"] != "4 GPU" {
+		t.Fatalf("approval of 5 GPUs in a 4-GPU team: %v", err)
+	}
+	fit, err := f.svc.CheckFit(f.ctx, f.team, r.Payload, "big")
+	f.must(err)
+	if fit.Fits() || len(fit.Shortfalls) != 1 {
+		t.Fatalf("fit %+v", fit)
+	}
+	tq, err := f.create(request.Payload{ChangeTeamQuota: &request.ChangeTeamQuotaPayload{Quota: quota.Resources{GPU: quota.GPUs(6)}}})
+	f.must(err)
+	tq, err = f.approve(tq)
+	f.must(err)
+	if tq.State != request.StateApplied {
+		t.Fatalf("team quota change is %s, want APPLIED", tq.State)
+	}
+	if b, err := tenancy.Budget(f.ctx, f.db, "research", false); err != nil || b.GPU != quota.GPUs(8) {
+		t.Fatalf("budget %v %v", b, err)
+	}
+	if _, err := f.approve(r); err != nil {
+		t.Fatalf("approval after the team grew: %v", err)
+	}
+}
+
+// An enabled policy that matches approves at creation; expiry turns a live
+// virtual cluster past its expire_time into an approved delete.
+func TestAutoApprovalAndExpiry(t *testing.T) {
+	f := newFixture(t)
+	f.must(f.db.InTx(f.ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+		_, err := request.CreatePolicy(ctx, tx, alice, "", request.Policy{ID: "small", Expression: "request.gpu_delta <= 1.0"})
+		return err
+	}))
+	expire := f.now.Add(time.Hour)
+	r, err := f.create(createVC("nb", 1, &expire))
+	f.must(err)
+	if r.State != request.StateApproved || r.ApprovalPolicy == nil || *r.ApprovalPolicy != "small" {
+		t.Fatalf("auto-approval: %s policy %v", r.State, r.ApprovalPolicy)
+	}
+	n, err := f.svc.ExpireVirtualClusters(f.ctx)
+	f.must(err)
+	if n != 0 {
+		t.Fatalf("%d expired before expire_time", n)
+	}
+	f.now = expire.Add(time.Second)
+	n, err = f.svc.ExpireVirtualClusters(f.ctx)
+	f.must(err)
+	if n != 1 {
+		t.Fatalf("%d expired, want 1", n)
+	}
+	vc, err := virtualcluster.Get(f.ctx, f.db, "nb", false)
+	f.must(err)
+	if vc.Phase != virtualcluster.PhaseDeleting {
+		t.Fatalf("phase %s after expiry", vc.Phase)
+	}
+	if n, err = f.svc.ExpireVirtualClusters(f.ctx); err != nil || n != 0 {
+		t.Fatalf("second sweep: %d %v", n, err)
+	}
+}
+
+// Rejecting a create marks its virtual cluster REJECTED; cancelling is the
+// requester's and only while pending.
+func TestRejectAndCancel(t *testing.T) {
+	f := newFixture(t)
+	r, err := f.create(createVC("x", 1, nil))
+	f.must(err)
+	r, err = f.svc.Decide(f.ctx, r.ID, r.Department, "", func(ctx context.Context, tx *store.Tx, r *request.Request) error {
+		return f.svc.Reject(ctx, tx, r, alice, "no")
+	})
+	f.must(err)
+	if vc, _ := virtualcluster.Get(f.ctx, f.db, "x", false); r.State != request.StateRejected || vc.Phase != virtualcluster.PhaseRejected {
+		t.Fatalf("after reject: %s, virtual cluster %s", r.State, vc.Phase)
+	}
+	_, err = f.svc.Decide(f.ctx, r.ID, r.Department, "", func(ctx context.Context, tx *store.Tx, r *request.Request) error {
+		return f.svc.Cancel(ctx, tx, r, bob)
+	})
+	if e, ok := errs.As(err); !ok || e.Reason != errs.ReasonInvalidTransition {
+		t.Fatalf("cancel after reject: %v", err)
+	}
+	// A stale etag is refused before anything changes.
+	r2, err := f.create(createVC("x", 1, nil)) // the rejected name is free again
+	f.must(err)
+	_, err = f.svc.Decide(f.ctx, r2.ID, r2.Department, "stale", func(context.Context, *store.Tx, *request.Request) error { return nil })
+	if errs.KindOf(err) != errs.KindAborted {
+		t.Fatalf("stale etag: %v", err)
+	}
+}

@@ -1,0 +1,206 @@
+package tenancy_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gpuplane/gpuplane/internal/audit"
+	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/quota"
+	"github.com/gpuplane/gpuplane/internal/reqctx"
+	"github.com/gpuplane/gpuplane/internal/request"
+	"github.com/gpuplane/gpuplane/internal/store"
+	"github.com/gpuplane/gpuplane/internal/store/storetest"
+	"github.com/gpuplane/gpuplane/internal/tenancy"
+	"github.com/gpuplane/gpuplane/internal/virtualcluster"
+)
+
+func TestMain(m *testing.M) { storetest.Main(m) }
+
+var alice = reqctx.Principal{Subject: "sub-alice", Username: "alice"}
+
+func gpus(n int64) quota.Resources { return quota.Resources{GPU: quota.GPUs(n)} }
+
+type fixture struct {
+	t   *testing.T
+	ctx context.Context
+	db  *store.DB
+	svc *tenancy.Service
+}
+
+func newFixture(t *testing.T) *fixture {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return &fixture{t: t, ctx: ctx, db: store.New(storetest.Pool(t)),
+		svc: tenancy.NewService(tenancy.StaticCapacity(gpus(16)), 1.0, request.TeamHistory{})}
+}
+
+func (f *fixture) tx(fn func(ctx context.Context, tx *store.Tx) error) error {
+	return f.db.InTx(f.ctx, store.TxOptions{}, fn)
+}
+
+func (f *fixture) must(err error) {
+	f.t.Helper()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) department(id string, budget quota.Resources) error {
+	return f.tx(func(ctx context.Context, tx *store.Tx) error {
+		_, err := f.svc.CreateDepartment(ctx, tx, alice, "", tenancy.Department{ID: id, Budget: budget})
+		return err
+	})
+}
+
+func (f *fixture) team(id, dept string, tier tenancy.Tier, q quota.Resources) error {
+	return f.tx(func(ctx context.Context, tx *store.Tx) error {
+		_, err := f.svc.CreateTeam(ctx, tx, alice, "", tenancy.Team{ID: id, Department: dept, Tier: tier, Quota: q})
+		return err
+	})
+}
+
+// liveVC stores an approved virtual cluster holding q in team.
+func (f *fixture) liveVC(team, id string, q quota.Resources, fractional bool) {
+	f.must(f.tx(func(ctx context.Context, tx *store.Tx) error {
+		if err := virtualcluster.InsertPending(ctx, tx, team, id, virtualcluster.Spec{Quota: q, AllowFractionalGPUs: fractional}); err != nil {
+			return err
+		}
+		_, err := virtualcluster.Move(ctx, tx, id, virtualcluster.PhaseProvisioning, q, nil, false)
+		return err
+	}))
+}
+
+func wantReason(t *testing.T, err error, kind errs.Kind, reason string) {
+	t.Helper()
+	e, ok := errs.As(err)
+	if !ok || e.Kind != kind || e.Reason != reason {
+		t.Fatalf("got %v, want %v %s", err, kind, reason)
+	}
+}
+
+// The hierarchy holds on a real database: departments within the cluster,
+// teams within their department, and no parent below its children.
+func TestHierarchy(t *testing.T) {
+	f := newFixture(t)
+	f.must(f.department("research", gpus(10)))
+	wantReason(t, f.department("ops", gpus(7)), errs.KindFailedPrecondition, errs.ReasonQuotaExceeded) // 16 - 10 = 6 free
+	f.must(f.department("ops", gpus(6)))
+
+	f.must(f.team("a", "research", tenancy.TierShared, gpus(6)))
+	wantReason(t, f.team("b", "research", tenancy.TierShared, gpus(5)), errs.KindFailedPrecondition, errs.ReasonQuotaExceeded)
+	f.must(f.team("b", "research", tenancy.TierShared, gpus(4)))
+
+	// The department cannot shrink below what its teams hold.
+	err := f.tx(func(ctx context.Context, tx *store.Tx) error {
+		_, err := f.svc.UpdateDepartment(ctx, tx, alice, "research", "", true, func(d *tenancy.Department) { d.Budget = gpus(9) })
+		return err
+	})
+	wantReason(t, err, errs.KindFailedPrecondition, errs.ReasonQuotaExceeded)
+
+	// A team cannot shrink below its virtual clusters' quota, and one with
+	// fractional GPUs cannot become DEDICATED.
+	f.liveVC("a", "vc1", quota.Resources{GPU: 350}, true)
+	update := func(change func(next *tenancy.Team), quotaChanges bool) error {
+		return f.tx(func(ctx context.Context, tx *store.Tx) error {
+			_, err := f.svc.UpdateTeam(ctx, tx, alice, "a", "research", "", quotaChanges, func(_ tenancy.Team, next *tenancy.Team) error {
+				change(next)
+				return nil
+			})
+			return err
+		})
+	}
+	wantReason(t, update(func(n *tenancy.Team) { n.Quota = gpus(3) }, true), errs.KindFailedPrecondition, errs.ReasonQuotaExceeded)
+	wantReason(t, update(func(n *tenancy.Team) { n.Tier, n.Quota = tenancy.TierDedicated, gpus(6) }, false),
+		errs.KindFailedPrecondition, errs.ReasonTierViolation)
+	f.must(update(func(n *tenancy.Team) { n.Quota = gpus(4) }, true))
+
+	// Every committed change left exactly one audit event.
+	events, _, err := audit.List(f.ctx, f.db, 100, "", audit.FirstPage, store.Scope{All: true})
+	f.must(err)
+	if got := len(events); got != 5 { // 2 departments, 2 teams, 1 team update
+		for _, e := range events {
+			t.Logf("%s %s", e.Action, e.Resource)
+		}
+		t.Fatalf("%d audit events, want 5", got)
+	}
+	if events[0].Action != "UpdateTeam" || events[0].Before["quota"].(map[string]any)["gpu"] != "6" || events[0].After["quota"].(map[string]any)["gpu"] != "4" {
+		t.Errorf("newest event %s before %v after %v", events[0].Action, events[0].Before, events[0].After)
+	}
+}
+
+// A team goes only when none of its virtual clusters is left; its history
+// (finished requests, gone virtual clusters) goes with it.
+func TestDeleteTeam(t *testing.T) {
+	f := newFixture(t)
+	f.must(f.department("research", gpus(8)))
+	f.must(f.team("a", "research", tenancy.TierShared, gpus(4)))
+	f.liveVC("a", "vc1", gpus(1), false)
+	del := func() error {
+		return f.tx(func(ctx context.Context, tx *store.Tx) error { return f.svc.DeleteTeam(ctx, tx, alice, "a", "research", "") })
+	}
+	wantReason(t, del(), errs.KindFailedPrecondition, errs.ReasonHasChildren)
+	f.must(f.tx(func(ctx context.Context, tx *store.Tx) error {
+		if _, err := virtualcluster.Move(ctx, tx, "vc1", virtualcluster.PhaseDeleting, gpus(1), nil, true); err != nil {
+			return err
+		}
+		_, err := virtualcluster.MarkDeleted(ctx, tx, "vc1")
+		return err
+	}))
+	f.must(del())
+	if _, err := tenancy.GetTeam(f.ctx, f.db, "a", false); errs.KindOf(err) != errs.KindNotFound {
+		t.Fatalf("team still there: %v", err)
+	}
+	if _, err := virtualcluster.Get(f.ctx, f.db, "vc1", false); errs.KindOf(err) != errs.KindNotFound {
+		t.Fatalf("gone virtual cluster still there: %v", err)
+	}
+	// The department's assigned totals (kept by a trigger) are back to zero.
+	children, err := tenancy.ChildrenOfDepartment(f.ctx, f.db, "research")
+	f.must(err)
+	if !children.IsZero() {
+		t.Errorf("department still assigns %+v", children)
+	}
+}
+
+func TestGrantsOf(t *testing.T) {
+	f := newFixture(t)
+	f.must(f.tx(func(ctx context.Context, tx *store.Tx) error {
+		_, err := f.svc.CreateDepartment(ctx, tx, alice, "", tenancy.Department{ID: "research", AdminGroups: []string{"research-admins"}})
+		return err
+	}))
+	f.must(f.team("a", "research", tenancy.TierShared, quota.Resources{}))
+	f.must(f.tx(func(ctx context.Context, tx *store.Tx) error {
+		for _, m := range []tenancy.Member{
+			{Team: "a", ID: "bob", Kind: tenancy.KindUser, Principal: "bob@x", Role: tenancy.RoleOwner},
+			{Team: "a", ID: "eng", Kind: tenancy.KindGroup, Principal: "eng", Role: tenancy.RoleViewer},
+		} {
+			if _, err := f.svc.CreateMember(ctx, tx, alice, "", "research", m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	grants, err := tenancy.GrantsOf(f.ctx, f.db, "bob@x", []string{"eng", "research-admins"})
+	f.must(err)
+	var team, dept int
+	for _, g := range grants {
+		if g.Team == "" {
+			dept++
+			continue
+		}
+		team++
+		if g.Department != "research" {
+			t.Errorf("grant %+v", g)
+		}
+	}
+	if team != 2 || dept != 1 {
+		t.Errorf("grants %+v: want two team grants (user and group) and one department", grants)
+	}
+	// The same principal twice on a team is refused with a clear error.
+	err = f.tx(func(ctx context.Context, tx *store.Tx) error {
+		_, err := f.svc.CreateMember(ctx, tx, alice, "", "research", tenancy.Member{Team: "a", ID: "bob2", Kind: tenancy.KindUser, Principal: "bob@x", Role: tenancy.RoleViewer})
+		return err
+	})
+	wantReason(t, err, errs.KindAlreadyExists, errs.ReasonAlreadyExists)
+}
