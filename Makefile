@@ -1,11 +1,13 @@
 # gpuplane — the two commands a newcomer needs are `make run` and `make test`.
 SHELL := /bin/bash
-export GOFLAGS := -mod=mod
+# go.mod and go.sum must be complete; `make check-tidy` says when they are not.
+export GOFLAGS := -mod=readonly
 BIN := $(CURDIR)/bin
 TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-grpc-gateway $(BIN)/protoc-gen-openapiv3
+LINTER := $(BIN)/golangci-lint
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
-.PHONY: run test build generate check-generated lint tools envtest bench clean
+.PHONY: run test test-unit build generate check-generated lint check-tidy check-deps buf-breaking tools envtest bench clean
 
 ## run: everything locally on embedded defaults (throwaway PostgreSQL, dev OIDC issuer, local host cluster)
 run: envtest
@@ -15,10 +17,16 @@ run: envtest
 test: envtest
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test $(GO_TEST_FLAGS) ./...
 
+## test-unit: the fast part, with no kube-apiserver (PostgreSQL and the OIDC issuer are still real);
+## tests that need envtest skip under -short and run in `make test`
+test-unit:
+	go test -short $(GO_TEST_FLAGS) ./...
+
 ## bench: the benchmarks behind the numbers in the closing notes
 bench: envtest
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test -run '^$$' -bench . -benchmem -count=1 ./...
 
+## build: the production binary (gpuplane), the CLI and the dev command
 build:
 	go build -o $(BIN)/ ./cmd/...
 
@@ -30,6 +38,11 @@ $(TOOLS) &:
 	cd tools && GOBIN=$(BIN) go install tool
 
 tools: $(TOOLS)
+
+# golangci-lint, pinned in its own module (tools/lint) so its dependencies
+# never meet buf's.
+$(LINTER): tools/lint/go.mod tools/lint/go.sum
+	cd tools/lint && GOBIN=$(BIN) go install tool
 
 ## generate: protobuf Go code, gRPC, gateway and the OpenAPI document from proto/
 generate: tools
@@ -44,9 +57,25 @@ check-generated: generate
 	@if [ -n "$$(git status --porcelain -- api)" ]; then \
 		echo "generated code in api/ is stale; run 'make generate' and commit:"; git status --porcelain -- api; exit 1; fi
 
-lint:
+## buf-breaking: fail when proto/ breaks compatibility with the previous commit (the previous main on CI)
+buf-breaking: tools
+	hack/buf-breaking.sh
+
+## lint: go vet, golangci-lint (.golangci.yml) and tidy modules
+lint: $(LINTER) check-tidy
 	go vet ./...
-	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^api/'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go' | grep -v '^api/'); exit 1)
+	$(LINTER) run ./...
+
+## check-tidy: fail when go.mod/go.sum of any module differ from `go mod tidy`
+check-tidy:
+	@for m in . tools tools/lint; do \
+		(cd $$m && go mod tidy -diff) || { echo "$$m: go.mod/go.sum are not tidy; run 'go mod tidy' there and commit"; exit 1; }; \
+	done
+
+## check-deps: the production binary links no dev or test code, the worker and domain no API layer
+check-deps:
+	go test -count=1 -run 'TestProductionBinaryLinksNoDevCode|TestLayers' ./cmd/gpuplane/
+	@echo "cmd/gpuplane links $$(go list -deps ./cmd/gpuplane | wc -l) packages"
 
 clean:
 	rm -rf $(BIN) third_party

@@ -114,6 +114,7 @@ spec:
 // startAPIServer fails (never skips) without the envtest binaries.
 func startAPIServer(t *testing.T) *envtestenv.Env {
 	t.Helper()
+	envtestenv.SkipIfShort(t)
 	apiServer.once.Do(func() {
 		dir, err := os.MkdirTemp("", "gpuplane-charttest-crds-")
 		if err != nil {

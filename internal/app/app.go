@@ -220,8 +220,10 @@ func (a *App) ready(ctx context.Context) error {
 	return nil
 }
 
-// GRPCAddr and HTTPAddr are the bound addresses.
+// GRPCAddr is the bound gRPC address.
 func (a *App) GRPCAddr() string { return a.server.GRPCAddr() }
+
+// HTTPAddr is the bound HTTP address.
 func (a *App) HTTPAddr() string { return a.server.HTTPAddr() }
 
 // Pool is the database pool (tests and dev seeding).

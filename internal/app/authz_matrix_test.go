@@ -91,7 +91,7 @@ func (w *authzWorld) replicaTeam(t *testing.T, team string) string {
 // replicaMember creates another member of the member's team.
 func (w *authzWorld) replicaMember(t *testing.T, member string) string {
 	t.Helper()
-	team := member[:strings.Index(member, "/members/")]
+	team, _, _ := strings.Cut(member, "/members/")
 	id := w.uniq("copy")
 	return apiCreateMember(t, w.e, "alice", team, id, id+"@example.org", pb.TeamRole_VIEWER).GetName()
 }

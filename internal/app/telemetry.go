@@ -20,7 +20,7 @@ import (
 
 // tracerProvider is opts.TracerProvider (tests) or the one the OTEL_*
 // environment asks for (none by default). close flushes buffered spans.
-func tracerProvider(ctx context.Context, opts Options, component string, log *slog.Logger) (tp trace.TracerProvider, close func(), err error) {
+func tracerProvider(ctx context.Context, opts Options, component string, log *slog.Logger) (tp trace.TracerProvider, closeFn func(), err error) {
 	if opts.TracerProvider != nil {
 		return opts.TracerProvider, func() {}, nil
 	}

@@ -116,7 +116,9 @@ func (p *WorkerProcess) Run(ctx context.Context) error {
 	case err = <-done:
 	case err = <-errc:
 		cancel()
-		<-done
+		if werr := <-done; werr != nil {
+			p.log.Warn("worker stopped with an error after the metrics listener failed", "error", werr)
+		}
 		err = fmt.Errorf("metrics listener: %w", err)
 	}
 	if p.metrics != nil {

@@ -29,7 +29,7 @@ func TestWorkerServesMetrics(t *testing.T) {
 	// this database has none.
 	host := &rest.Config{Host: "http://127.0.0.1:1"}
 	w, err := app.NewWorker(context.Background(), cfg, app.Options{
-		HostConfig: host, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		HostConfig: host, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

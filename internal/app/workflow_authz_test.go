@@ -366,9 +366,9 @@ func TestWorkflowListIsolation(t *testing.T) {
 			t.Run(user+"/"+filter, func(t *testing.T) {
 				// Everything the filter matches, for alice, limited to what
 				// user may read, page by page.
-				want := wfListTeams(t, e, alice, filter)
+				want := wfListTeams(t, alice, e, filter)
 				want = slices.DeleteFunc(want, func(team string) bool { return !slices.Contains(visible[user], team) })
-				if got := wfListTeams(t, e, ctx, filter); !slices.Equal(got, want) {
+				if got := wfListTeams(t, ctx, e, filter); !slices.Equal(got, want) {
 					t.Errorf("ListRequests(%q): teams %v, want %v", filter, got, want)
 				}
 			})
@@ -421,7 +421,7 @@ func TestWorkflowListIsolation(t *testing.T) {
 
 // wfListTeams pages through ListRequests and returns the sorted set of
 // teams the results belong to, checking newest-first order on the way.
-func wfListTeams(t *testing.T, e *apptest.Env, ctx context.Context, filter string) []string {
+func wfListTeams(t *testing.T, ctx context.Context, e *apptest.Env, filter string) []string {
 	t.Helper()
 	seen := map[string]bool{}
 	var last *pb.Request

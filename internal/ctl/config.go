@@ -18,9 +18,10 @@ import (
 const (
 	// ConfigEnv names the configuration file when --config is not given.
 	ConfigEnv = "GPUPLANE_CONFIG"
-	// ServerEnv and TokenEnv stand in for --server and --token.
+	// ServerEnv stands in for --server.
 	ServerEnv = "GPUPLANE_SERVER"
-	TokenEnv  = "GPUPLANE_TOKEN"
+	// TokenEnv stands in for --token.
+	TokenEnv = "GPUPLANE_TOKEN"
 
 	defaultServer    = "localhost:9090"
 	defaultDevIssuer = "http://127.0.0.1:5556"
@@ -208,21 +209,6 @@ func jwtExpiry(raw string) (time.Time, error) {
 		return time.Time{}, errors.New("JWT has no exp claim")
 	}
 	return time.Unix(int64(exp), 0), nil
-}
-
-// jwtClaims decodes the payload of a JWT without verifying it.
-func jwtClaims(raw string) map[string]any {
-	parts := strings.Split(raw, ".")
-	if len(parts) != 3 {
-		return nil
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
-		return nil
-	}
-	var m map[string]any
-	_ = json.Unmarshal(payload, &m)
-	return m
 }
 
 // isLoopback: localhost and loopback IPs, where plaintext is the default.

@@ -18,7 +18,7 @@ import (
 // PlatformAdminGroup is the demo platform-admin group.
 const PlatformAdminGroup = "platform-admins"
 
-// DemoUsers: alice is a platform admin; bob owns team-a, carol is a member
+// DemoUsers are the dev issuer's users: alice is a platform admin; bob owns team-a, carol is a member
 // of team-a; dan owns team-b, erin is a member of team-b; frank administers
 // the research department. Passwords equal the user names.
 var DemoUsers = []oidcdev.User{

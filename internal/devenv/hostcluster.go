@@ -40,7 +40,7 @@ type FakeNode struct {
 	Mem  string
 }
 
-// DemoNodes: two shared nodes with 8 GPUs each, one dedicated node with 8.
+// DemoNodes are the dev cluster's fake nodes: two shared nodes with 8 GPUs each, one dedicated node with 8.
 var DemoNodes = []FakeNode{
 	{Name: "gpu-shared-1", Pool: hostcluster.DefaultPool, GPUs: 8, CPU: "96", Mem: "768Gi"},
 	{Name: "gpu-shared-2", Pool: hostcluster.DefaultPool, GPUs: 8, CPU: "96", Mem: "768Gi"},

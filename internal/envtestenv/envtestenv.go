@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -244,4 +245,14 @@ func CRDDir() (string, error) {
 		crdDir = dir
 	})
 	return crdDir, crdDirErr
+}
+
+// SkipIfShort skips a test that needs a real kube-apiserver when it runs
+// under `go test -short` (make test-unit). make test, and so CI, never
+// passes -short: there these tests run, and fail without the binaries.
+func SkipIfShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a real kube-apiserver and etcd (envtest); make test runs it")
+	}
 }

@@ -30,6 +30,7 @@ func TestMissingAssetsNamesTheFix(t *testing.T) {
 }
 
 func TestStartServesQueuesAndAdmissionPolicies(t *testing.T) {
+	envtestenv.SkipIfShort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	env, err := envtestenv.Start(ctx, envtestenv.Options{Logf: t.Logf})

@@ -14,6 +14,7 @@ import (
 // gRPC code in internal/server.
 type Kind int
 
+// Kinds.
 const (
 	KindUnknown Kind = iota
 	KindInvalidArgument
@@ -146,23 +147,28 @@ func (e *Error) SortedMetadataKeys() []string {
 	return keys
 }
 
+// NotFound says resource does not exist (or the caller may not see it).
 func NotFound(resource string) *Error {
 	return New(KindNotFound, ReasonNotFound, "%s not found", resource).With("resource", resource)
 }
 
+// AlreadyExists says resource exists already.
 func AlreadyExists(resource string) *Error {
 	return New(KindAlreadyExists, ReasonAlreadyExists, "%s already exists", resource).With("resource", resource)
 }
 
+// PermissionDenied says the caller may see but not do this.
 func PermissionDenied(format string, args ...any) *Error {
 	return New(KindPermissionDenied, ReasonPermissionDenied, format, args...)
 }
 
+// EtagMismatch says resource changed since the caller read it.
 func EtagMismatch(resource string) *Error {
 	return New(KindAborted, ReasonEtagMismatch,
 		"%s was changed by someone else (etag mismatch); read it again and retry", resource).With("resource", resource)
 }
 
+// FailedPrecondition says the system is not in a state that allows this.
 func FailedPrecondition(reason, format string, args ...any) *Error {
 	return New(KindFailedPrecondition, reason, format, args...)
 }
@@ -170,6 +176,7 @@ func FailedPrecondition(reason, format string, args ...any) *Error {
 // Violations collects field violations; Err returns nil when there are none.
 type Violations []FieldViolation
 
+// Add records a violation on field.
 func (v *Violations) Add(field, format string, args ...any) {
 	*v = append(*v, FieldViolation{Field: field, Description: fmt.Sprintf(format, args...)})
 }
@@ -181,10 +188,15 @@ func (v *Violations) Merge(prefix string, others Violations) {
 	}
 }
 
+// Err is an INVALID_ARGUMENT error carrying v, or nil when v is empty.
 func (v Violations) Err() error {
 	if len(v) == 0 {
 		return nil
 	}
+	return v.invalid()
+}
+
+func (v Violations) invalid() *Error {
 	return &Error{Kind: KindInvalidArgument, Reason: ReasonInvalidField, Message: "invalid request", Violations: v}
 }
 
@@ -192,7 +204,7 @@ func (v Violations) Err() error {
 func InvalidField(field, format string, args ...any) *Error {
 	var v Violations
 	v.Add(field, format, args...)
-	return v.Err().(*Error)
+	return v.invalid()
 }
 
 // As extracts a *Error from err.

@@ -3,7 +3,6 @@ package hostcluster
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"slices"
@@ -81,7 +80,7 @@ func New(config *rest.Config, opts Options) (*Client, error) {
 	}
 	log := opts.Logger
 	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		log = slog.New(slog.DiscardHandler)
 	}
 	return &Client{
 		config:    config,

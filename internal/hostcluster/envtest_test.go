@@ -60,6 +60,7 @@ type harness struct {
 // machine without the envtest binaries cannot report these tests as passed.
 func newHarness(t testing.TB) *harness {
 	t.Helper()
+	envtestenv.SkipIfShort(t)
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()

@@ -98,6 +98,7 @@ func TestOIDCTenantAccessOnRealAPIServer(t *testing.T) {
 	// passing it gives "RBAC,RBAC", which kube-apiserver refuses. The 403s
 	// below show RBAC is what decides.
 
+	envtestenv.SkipIfShort(t)
 	env, err := envtestenv.Start(ctx, envtestenv.Options{ExtraAPIServerArgs: args, Logf: t.Logf})
 	if err != nil {
 		t.Fatalf("real API server needed: %v", err)

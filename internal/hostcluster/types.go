@@ -130,11 +130,11 @@ const maxVirtualClusterName = validation.DNS1123LabelMaxLength - len("vc-")
 // rules (quota fits the hierarchy, ...) belong to the domain packages.
 func (vc VirtualCluster) Validate() error {
 	var problems []string
-	check := func(field, v string, max int) {
+	check := func(field, v string, maxLen int) {
 		if errs := validation.IsDNS1123Label(v); len(errs) > 0 {
 			problems = append(problems, fmt.Sprintf("%s %q: %s", field, v, strings.Join(errs, "; ")))
-		} else if len(v) > max {
-			problems = append(problems, fmt.Sprintf("%s %q: must be at most %d characters", field, v, max))
+		} else if len(v) > maxLen {
+			problems = append(problems, fmt.Sprintf("%s %q: must be at most %d characters", field, v, maxLen))
 		}
 	}
 	check("name", vc.Name, maxVirtualClusterName)

@@ -5,6 +5,7 @@ import "sort"
 // Role is a team role; higher values include the lower ones.
 type Role int
 
+// Roles, lowest first.
 const (
 	RoleNone Role = iota
 	RoleViewer
@@ -63,7 +64,7 @@ type Access struct {
 	Teams         map[string]TeamGrant
 }
 
-// IsDepartmentAdmin: platform admin or admin of dept.
+// IsDepartmentAdmin reports platform admins and admins of dept.
 func (a *Access) IsDepartmentAdmin(dept string) bool {
 	return a.PlatformAdmin || a.AdminOf[dept]
 }
@@ -71,7 +72,7 @@ func (a *Access) IsDepartmentAdmin(dept string) bool {
 // TeamRole is the caller's role on team (RoleNone when it has none).
 func (a *Access) TeamRole(team string) Role { return a.Teams[team].Role }
 
-// CanReadDepartment: admins of it, and anyone with a role in one of its teams.
+// CanReadDepartment allows admins of it, and anyone with a role in one of its teams.
 func (a *Access) CanReadDepartment(dept string) bool {
 	if a.IsDepartmentAdmin(dept) {
 		return true
@@ -84,28 +85,28 @@ func (a *Access) CanReadDepartment(dept string) bool {
 	return false
 }
 
-// CanReadTeam: department admins and any team role.
+// CanReadTeam allows department admins and any team role.
 func (a *Access) CanReadTeam(team, dept string) bool {
 	return a.IsDepartmentAdmin(dept) || a.TeamRole(team) >= RoleViewer
 }
 
-// CanManageTeam: create/update/delete the team itself.
+// CanManageTeam allows creating, updating and deleting the team itself.
 func (a *Access) CanManageTeam(dept string) bool { return a.IsDepartmentAdmin(dept) }
 
-// CanManageMembers: team owners and department admins.
+// CanManageMembers allows team owners and department admins.
 func (a *Access) CanManageMembers(team, dept string) bool {
 	return a.IsDepartmentAdmin(dept) || a.TeamRole(team) >= RoleOwner
 }
 
-// CanRequest: ask for resources on behalf of the team.
+// CanRequest allows asking for resources on behalf of the team.
 func (a *Access) CanRequest(team, dept string) bool {
 	return a.IsDepartmentAdmin(dept) || a.TeamRole(team) >= RoleOwner
 }
 
-// CanDecide: approve or reject requests of the department.
+// CanDecide allows approving or rejecting requests of the department.
 func (a *Access) CanDecide(dept string) bool { return a.IsDepartmentAdmin(dept) }
 
-// CanUseVirtualClusters: get a kubeconfig and run workloads.
+// CanUseVirtualClusters allows getting a kubeconfig and running workloads.
 func (a *Access) CanUseVirtualClusters(team string) bool {
 	return a.TeamRole(team) >= RoleViewer
 }
@@ -123,6 +124,7 @@ func (a *Access) ReadableTeams() []string {
 	return out
 }
 
+// AdminDepartments are the departments the caller administers.
 func (a *Access) AdminDepartments() []string {
 	out := make([]string, 0, len(a.AdminOf))
 	for d, ok := range a.AdminOf {

@@ -72,13 +72,24 @@ func malformed(field, name string, collections []string) error {
 	return errs.InvalidField(field, "%q is not a valid name; expected %s", name, b.String())
 }
 
-func Department(id string) string   { return "departments/" + id }
-func Team(id string) string         { return "teams/" + id }
+// Department is the resource name of a department id.
+func Department(id string) string { return "departments/" + id }
+
+// Team is the resource name of a team id.
+func Team(id string) string { return "teams/" + id }
+
+// Member is the resource name of a member of a team.
 func Member(team, id string) string { return "teams/" + team + "/members/" + id }
+
+// VirtualCluster is the resource name of a virtual cluster of a team.
 func VirtualCluster(team, id string) string {
 	return "teams/" + team + "/virtualClusters/" + id
 }
-func Request(id string) string        { return "requests/" + id }
+
+// Request is the resource name of a request id.
+func Request(id string) string { return "requests/" + id }
+
+// ApprovalPolicy is the resource name of an approval policy id.
 func ApprovalPolicy(id string) string { return "approvalPolicies/" + id }
 
 // ParseDepartment etc. return the ids inside a resource name.
@@ -90,6 +101,7 @@ func ParseDepartment(field, name string) (string, error) {
 	return ids[0], nil
 }
 
+// ParseTeam returns the team id in a team name.
 func ParseTeam(field, name string) (string, error) {
 	ids, err := Parse(field, name, "teams")
 	if err != nil {
@@ -98,6 +110,7 @@ func ParseTeam(field, name string) (string, error) {
 	return ids[0], nil
 }
 
+// ParseMember returns the team and member ids in a member name.
 func ParseMember(field, name string) (team, member string, err error) {
 	ids, err := Parse(field, name, "teams", "members")
 	if err != nil {
@@ -106,6 +119,8 @@ func ParseMember(field, name string) (team, member string, err error) {
 	return ids[0], ids[1], nil
 }
 
+// ParseVirtualCluster returns the team and virtual-cluster ids in a
+// virtual-cluster name.
 func ParseVirtualCluster(field, name string) (team, vc string, err error) {
 	ids, err := Parse(field, name, "teams", "virtualClusters")
 	if err != nil {
@@ -114,6 +129,7 @@ func ParseVirtualCluster(field, name string) (team, vc string, err error) {
 	return ids[0], ids[1], nil
 }
 
+// ParseApprovalPolicy returns the policy id in an approval-policy name.
 func ParseApprovalPolicy(field, name string) (string, error) {
 	ids, err := Parse(field, name, "approvalPolicies")
 	if err != nil {

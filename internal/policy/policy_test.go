@@ -246,7 +246,7 @@ func TestEditDistance(t *testing.T) {
 		a, b string
 		want int
 	}{
-		{"gpu_dleta", "gpu_delta", 1}, {"", "abc", 3}, {"kind", "kind", 0}, {"departmnet", "department", 1}, {"cpu", "gpu", 1},
+		{"gpu_dleta", "gpu_delta", 1}, {"", "abc", 3}, {"kind", "kind", 0}, {"departmnet", "department", 1}, {"cpu", "gpu", 1}, //nolint:misspell // typos are the input under test
 	}
 	for _, tt := range tests {
 		if got := editDistance(tt.a, tt.b); got != tt.want {

@@ -12,6 +12,7 @@ import (
 // Level is a layer of the quota hierarchy that a quota is carved from.
 type Level string
 
+// Levels, top down.
 const (
 	LevelCluster    Level = "cluster"
 	LevelDepartment Level = "department"

@@ -11,6 +11,7 @@ import (
 // shortfall reports and the KAI queue resource keys.
 type Resource string
 
+// Resources.
 const (
 	ResourceGPU    Resource = "gpu"
 	ResourceCPU    Resource = "cpu"

@@ -66,6 +66,7 @@ func TestMain(m *testing.M) {
 // env fails (never skips) without the envtest binaries.
 func env(t *testing.T) {
 	t.Helper()
+	envtestenv.SkipIfShort(t)
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
@@ -258,7 +259,6 @@ func newIdentity(t *testing.T, ctx context.Context, ns, name string, spec grantS
 		t.Fatal(err)
 	}
 	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}}
-	var all []rbacv1.PolicyRule
 	for i, rules := range spec.ClusterRules {
 		roleName := fmt.Sprintf("rbacproof-%s-%s-%d", ns, name, i)
 		if _, err := kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: roleName}, Rules: rules}, metav1.CreateOptions{}); err != nil {
@@ -270,7 +270,6 @@ func newIdentity(t *testing.T, ctx context.Context, ns, name string, spec grantS
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		all = append(all, rules...)
 	}
 	for i, rules := range spec.Rules {
 		roleName := fmt.Sprintf("rbacproof-%s-%d", name, i)

@@ -201,7 +201,7 @@ func TestDriftIsRepaired(t *testing.T) {
 	const id = "drifty"
 	h.createVC(t, "team-a", id, vcSpec("1", 4000, 16*gi))
 	stop := h.start(t, h.worker(nil, workerConfig("w1")))
-	v := h.waitVC(t, id, time.Minute, "READY", readyAt)
+	h.waitVC(t, id, time.Minute, "READY", readyAt)
 	stop()
 
 	patch := []byte(`{"spec":{"resources":{"gpu":{"quota":7}}}}`)
@@ -223,7 +223,7 @@ func TestDriftIsRepaired(t *testing.T) {
 	if _, err := h.kube.NetworkingV1().NetworkPolicies(hostcluster.NamespaceName(id)).Get(h.ctx, hostcluster.NetworkPolicyName, metav1.GetOptions{}); err != nil {
 		t.Errorf("network policy not restored: %v", err)
 	}
-	v = h.vc(t, id)
+	v := h.vc(t, id)
 	if !readyAt(v) {
 		t.Errorf("after repair: %s", describe(v))
 	}
@@ -290,7 +290,7 @@ func TestQuotaChange(t *testing.T) {
 			reconcile.SetBeforeStep(w, func(s string) {
 				if s == step {
 					once.Do(func() {
-						r2, hookErr = approveQuotaChange(h, bob, alice, "team-a", id, q(second))
+						r2, hookErr = approveQuotaChange(bob, alice, h, "team-a", id, q(second))
 					})
 				}
 			})
@@ -321,7 +321,7 @@ func TestQuotaChange(t *testing.T) {
 
 // approveQuotaChange is submit without testing.TB, for hooks running on a
 // worker goroutine.
-func approveQuotaChange(h *harness, owner, admin context.Context, team, id string, q *pb.Quota) (*pb.Request, error) {
+func approveQuotaChange(owner, admin context.Context, h *harness, team, id string, q *pb.Quota) (*pb.Request, error) {
 	created, err := h.env.Requests.CreateRequest(owner, &pb.CreateRequestRequest{Request: &pb.Request{
 		Team: "teams/" + team, Justification: "in flight",
 		Payload: &pb.Request_ChangeVirtualClusterQuota{ChangeVirtualClusterQuota: &pb.ChangeVirtualClusterQuotaPayload{
@@ -645,7 +645,7 @@ func TestFailureOfOldGenerationSparesNewer(t *testing.T) {
 	var hookErr error
 	reconcile.SetBeforeStep(w, func(s string) {
 		if s == "apply" && applies.Add(1) == 3 { // the last attempt at generation 1
-			change, hookErr = approveQuotaChange(h, bob, alice, "team-a", id, &pb.Quota{Gpu: "0", CpuMillis: 200, MemoryBytes: gi})
+			change, hookErr = approveQuotaChange(bob, alice, h, "team-a", id, &pb.Quota{Gpu: "0", CpuMillis: 200, MemoryBytes: gi})
 		}
 	})
 	stop := h.start(t, w)

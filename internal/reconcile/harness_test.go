@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -89,6 +88,7 @@ type harnessOptions struct {
 // missing.
 func newHarness(t testing.TB, o harnessOptions) *harness {
 	t.Helper()
+	envtestenv.SkipIfShort(t)
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	api, err := envtestenv.Start(sctx, envtestenv.Options{})
@@ -716,4 +716,4 @@ func (k *killSwitch) Kill() {
 }
 
 // discard is a logger for hosts whose goroutines may outlive a test.
-var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+var discard = slog.New(slog.DiscardHandler)

@@ -7,7 +7,6 @@ package reconcile_test
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -145,7 +144,7 @@ func TestWorkerTelemetry(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			exp := tracetest.NewInMemoryExporter()
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-			w := reconcile.New(store.New(pool), tc.host, slog.New(slog.NewTextHandler(io.Discard, nil)),
+			w := reconcile.New(store.New(pool), tc.host, slog.New(slog.DiscardHandler),
 				reconcile.Config{ID: "w1", Metrics: reg, TracerProvider: tp, BackoffBase: time.Hour})
 			if n, err := w.RunOnce(context.Background()); err != nil || n != 1 {
 				t.Fatalf("RunOnce = %d, %v", n, err)
@@ -191,7 +190,7 @@ func TestWorkerTelemetry(t *testing.T) {
 			}
 			attrs := map[string]string{}
 			for _, kv := range job.Attributes {
-				attrs[string(kv.Key)] = kv.Value.Emit()
+				attrs[string(kv.Key)] = kv.Value.String()
 			}
 			if attrs["gpuplane.virtual_cluster"] != "vc1" || attrs["gpuplane.reconcile.kind"] != tc.kind || attrs["gpuplane.reconcile.outcome"] != tc.outcome {
 				t.Errorf("reconcile span attributes: %v", attrs)
@@ -227,7 +226,7 @@ func TestWorkerReleasesLeasesOnShutdown(t *testing.T) {
 	entered := make(chan struct{})
 	host := &fakeHost{block: true, entered: entered}
 	reg := prometheus.NewRegistry()
-	w := reconcile.New(store.New(pool), host, slog.New(slog.NewTextHandler(io.Discard, nil)),
+	w := reconcile.New(store.New(pool), host, slog.New(slog.DiscardHandler),
 		reconcile.Config{ID: "w-shutdown", Lease: time.Hour, Poll: 20 * time.Millisecond, Metrics: reg})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -79,6 +79,7 @@ next:
 // metric family: type, labels and a few values.
 func TestMetricsEndpoint(t *testing.T) {
 	t.Parallel()
+	envtestenv.SkipIfShort(t)
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	api, err := envtestenv.Start(sctx, envtestenv.Options{})

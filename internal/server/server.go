@@ -202,8 +202,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// GRPCAddr and HTTPAddr are the bound addresses (useful with port 0).
+// GRPCAddr is the bound gRPC address (useful with port 0).
 func (s *Server) GRPCAddr() string { return s.lisGRPC.Addr().String() }
+
+// HTTPAddr is the bound HTTP address.
 func (s *Server) HTTPAddr() string { return s.lisHTTP.Addr().String() }
 
 // Serve blocks until both servers stop; it returns the first failure.

@@ -10,7 +10,7 @@ import (
 )
 
 // sqlStatement finds SQL that reads or writes a table in Go source.
-var sqlStatement = regexp.MustCompile("(?i)\\b(SELECT\\s.*\\sFROM\\s|INSERT\\s+INTO\\s|DELETE\\s+FROM\\s|UPDATE\\s+[a-z_]+(\\s+[a-z])?\\s+SET\\s)")
+var sqlStatement = regexp.MustCompile(`(?i)\b(SELECT\s.*\sFROM\s|INSERT\s+INTO\s|DELETE\s+FROM\s|UPDATE\s+[a-z_]+(\s+[a-z])?\s+SET\s)`)
 
 // owners are the only non-test files that may hold SQL for a table: one
 // repository per table, beside the package that owns it, and the store's

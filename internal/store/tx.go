@@ -61,8 +61,10 @@ func (db *DB) InTx(ctx context.Context, opts TxOptions, fn func(ctx context.Cont
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			// Only the cause is wrapped: callers must see a cancellation,
+			// not a retryable conflict.
 			return fmt.Errorf("store: transaction gave up after %d attempts: %w (last attempt: %v)",
-				attempt, context.Cause(ctx), err)
+				attempt, context.Cause(ctx), err) //nolint:errorlint // see above
 		case <-t.C:
 		}
 	}

@@ -45,7 +45,7 @@ func TestExportOffByDefault(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer shutdown(context.Background())
+			defer func() { _ = shutdown(context.Background()) }()
 			_, isSDK := tp.(*sdktrace.TracerProvider)
 			if isSDK != c.want {
 				t.Errorf("NewTracerProvider built an SDK provider: %v, want %v", isSDK, c.want)

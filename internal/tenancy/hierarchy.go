@@ -33,14 +33,14 @@ func (s *Service) ClusterNode(ctx context.Context, q store.Querier, excludeDept 
 	return quota.Node{Level: quota.LevelCluster, Name: "cluster", Capacity: capacity, Used: used}, err
 }
 
-// DepartmentNode: capacity = budget, used = team quotas except excludeTeam.
+// DepartmentNode is the department level: capacity = budget, used = team quotas except excludeTeam.
 // The caller must hold LockDepartment.
 func DepartmentNode(ctx context.Context, q store.Querier, dept string, budget quota.Resources, excludeTeam string) (quota.Node, error) {
 	used, err := assignedExcept(ctx, q, dept, excludeTeam)
 	return quota.Node{Level: quota.LevelDepartment, Name: names.Department(dept), Capacity: budget, Used: used}, err
 }
 
-// TeamNode: capacity = team quota, used = quota-holding virtual clusters
+// TeamNode is the team level: capacity = team quota, used = quota-holding virtual clusters
 // except excludeVC. The caller must hold the team's department lock.
 func TeamNode(ctx context.Context, q store.Querier, team string, teamQuota quota.Resources, excludeVC string) (quota.Node, error) {
 	used, err := virtualcluster.QuotaOfTeam(ctx, q, team, excludeVC)

@@ -27,7 +27,7 @@ const (
 // Tiers are the valid tiers, in API order.
 var Tiers = []Tier{TierShared, TierDedicated}
 
-// WholeGPUsOnly: KAI does not isolate GPU memory between pods sharing a
+// WholeGPUsOnly reports tiers with whole GPUs only: KAI does not isolate GPU memory between pods sharing a
 // GPU, so a DEDICATED team's quotas are whole GPUs.
 func (t Tier) WholeGPUsOnly() bool { return t == TierDedicated }
 

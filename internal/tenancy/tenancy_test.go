@@ -138,7 +138,9 @@ func TestDeleteTeam(t *testing.T) {
 	f.must(f.team("a", "research", tenancy.TierShared, gpus(4)))
 	f.liveVC("a", "vc1", gpus(1), false)
 	del := func() error {
-		return f.tx(func(ctx context.Context, tx *store.Tx) error { return f.svc.DeleteTeam(ctx, tx, alice, "a", "research", "") })
+		return f.tx(func(ctx context.Context, tx *store.Tx) error {
+			return f.svc.DeleteTeam(ctx, tx, alice, "a", "research", "")
+		})
 	}
 	wantReason(t, del(), errs.KindFailedPrecondition, errs.ReasonHasChildren)
 	f.must(f.tx(func(ctx context.Context, tx *store.Tx) error {

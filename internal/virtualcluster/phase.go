@@ -68,19 +68,19 @@ func (p Phase) rules() (rules, bool) {
 // Valid reports whether p is a known phase.
 func (p Phase) Valid() bool { _, ok := p.rules(); return ok }
 
-// HoldsQuota: approved and not gone; its quota counts against its team.
+// HoldsQuota reports approved and not gone: its quota counts against its team.
 func (p Phase) HoldsQuota() bool { r, _ := p.rules(); return r.holdsQuota }
 
-// IsLive: on the host (or being built); may be resized, deleted, expired.
+// IsLive reports on the host (or being built): may be resized, deleted, expired.
 func (p Phase) IsLive() bool { r, _ := p.rules(); return r.live }
 
-// NeedsResync: the worker converges it and re-applies it on resync.
+// NeedsResync reports that the worker converges it and re-applies it on resync.
 func (p Phase) NeedsResync() bool { r, _ := p.rules(); return r.resync }
 
-// IsReachable: its API server serves; kubeconfigs are handed out.
+// IsReachable reports that its API server serves: kubeconfigs are handed out.
 func (p Phase) IsReachable() bool { r, _ := p.rules(); return r.reachable }
 
-// IsGone: final; the name may be reused.
+// IsGone reports final phases: the name may be reused.
 func (p Phase) IsGone() bool { r, _ := p.rules(); return r.gone }
 
 // CanMoveTo reports whether a virtual cluster may move from p to next.

@@ -37,7 +37,9 @@ func seed(t *testing.T, pool *pgxpool.Pool, phases ...virtualcluster.Phase) {
 	}
 }
 
-func vcName(p virtualcluster.Phase) string { return "vc-" + strings.ReplaceAll(strings.ToLower(string(p)), "_", "-") }
+func vcName(p virtualcluster.Phase) string {
+	return "vc-" + strings.ReplaceAll(strings.ToLower(string(p)), "_", "-")
+}
 
 func inTx(t *testing.T, db *store.DB, fn func(ctx context.Context, tx *store.Tx) error) {
 	t.Helper()

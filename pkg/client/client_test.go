@@ -201,7 +201,7 @@ func startFlaky(t *testing.T, failures int32) (*flakyTeams, string) {
 	srv := grpc.NewServer()
 	f := &flakyTeams{failures: failures}
 	pb.RegisterTeamServiceServer(srv, f)
-	go srv.Serve(lis)
+	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	return f, lis.Addr().String()
 }

@@ -15,7 +15,12 @@ import (
 // Connect with an ID token, list the caller's teams page by page, and
 // react to a quota refusal by its stable reason.
 func Example() {
-	ctx := context.Background()
+	if err := listAndAsk(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func listAndAsk(ctx context.Context) error {
 	c, err := client.New(ctx, client.Config{
 		Address:   "localhost:9090",
 		Insecure:  true, // plaintext, local development only
@@ -23,13 +28,13 @@ func Example() {
 		UserAgent: "my-portal/1.0",
 	})
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer c.Close()
 
 	me, err := c.Identity.GetCurrentUser(ctx, &pb.GetCurrentUserRequest{})
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	fmt.Println("hello", me.GetUsername())
 
@@ -37,7 +42,7 @@ func Example() {
 	for {
 		page, err := c.Teams.ListTeams(ctx, req)
 		if err != nil {
-			log.Fatal(err)
+			return err
 		}
 		for _, t := range page.GetTeams() {
 			fmt.Println(t.GetName(), t.GetQuota().GetGpu())
@@ -55,7 +60,9 @@ func Example() {
 	})
 	if e, ok := client.AsError(err); ok && e.Reason == "QUOTA_EXCEEDED" {
 		fmt.Println("does not fit:", e.Message)
+		return nil
 	}
+	return err
 }
 
 // An OIDC token source (e.g. from golang.org/x/oauth2 after a login)

@@ -51,9 +51,10 @@ const (
 	// dev issuer alone; a real identity provider has nothing like it.
 	DevTokenPath = "/dev/token"
 
-	// LoginPath and DevicePath are the HTML pages where a demo user signs
-	// in for the authorization code and device grants respectively.
-	LoginPath  = "/login"
+	// LoginPath is the HTML page where a demo user signs in for the
+	// authorization code grant.
+	LoginPath = "/login"
+	// DevicePath is the same for the device grant.
 	DevicePath = "/device"
 
 	// GroupsScope may be requested for symmetry with real providers; the

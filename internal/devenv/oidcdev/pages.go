@@ -2,6 +2,7 @@ package oidcdev
 
 import (
 	"encoding/json"
+	"errors"
 	"html/template"
 	"net/http"
 	"strings"
@@ -203,7 +204,7 @@ func (i *Issuer) devToken(w http.ResponseWriter, r *http.Request) {
 	username := r.PostForm.Get("username")
 	tok, ttl, err := i.mint(r.Context(), username, TokenOptions{})
 	switch {
-	case err == ErrUnknownUser:
+	case errors.Is(err, ErrUnknownUser):
 		writeJSON(w, http.StatusNotFound, map[string]string{
 			"error": "unknown_user", "error_description": "no demo user with that username",
 		})

@@ -344,7 +344,7 @@ func (s *Server) Stop() error {
 		if s.watchdog != nil {
 			// Disarm the watchdog first so it cannot race the orderly stop.
 			_ = s.watchdog.Process.Kill()
-			<-s.watchdogErr
+			<-s.watchdogErr //nolint:errcheck // it exits with the kill just sent
 			_ = s.watchdogW.Close()
 		}
 		err := s.pgCtlStop()

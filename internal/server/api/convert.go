@@ -43,9 +43,7 @@ func quotaFromProto(v *errs.Violations, field string, q *pb.Quota) quota.Resourc
 	}
 	r.CPUMillis = q.CpuMillis
 	r.MemoryBytes = q.MemoryBytes
-	for _, fv := range r.Validate(field) {
-		*v = append(*v, fv)
-	}
+	*v = append(*v, r.Validate(field)...)
 	return r
 }
 

@@ -157,13 +157,13 @@ func sampleRequests() []request.Request {
 			DecisionReason: "auto", ApprovalPolicy: &policy1, TargetGeneration: &target1, Version: 2, Created: t0, Updated: t1},
 		{ID: "r2", Seq: 2, Team: "team-a", Department: "research", Kind: request.KindChangeVirtualClusterQuota, VirtualCluster: &vc,
 			Payload: request.Payload{ChangeVCQuota: &request.ChangeVCQuotaPayload{VirtualCluster: "teams/team-a/virtualClusters/ml-dev", Quota: q1, AcceptPreemption: true}},
-			State: request.StatePending, Requester: "sub-bob", Version: 1, Created: t0, Updated: t0},
+			State:   request.StatePending, Requester: "sub-bob", Version: 1, Created: t0, Updated: t0},
 		{ID: "r3", Seq: 3, Team: "team-a", Department: "research", Kind: request.KindChangeTeamQuota,
 			Payload: request.Payload{ChangeTeamQuota: &request.ChangeTeamQuotaPayload{Quota: quota.Resources{}}},
-			State: request.StateFailed, FailureMessage: "boom", Requester: "sub-bob", Version: 1, Created: t0, Updated: t0},
+			State:   request.StateFailed, FailureMessage: "boom", Requester: "sub-bob", Version: 1, Created: t0, Updated: t0},
 		{ID: "r4", Seq: 4, Team: "team-a", Department: "research", Kind: request.KindDeleteVirtualCluster, VirtualCluster: &vc,
 			Payload: request.Payload{Delete: &request.DeletePayload{VirtualCluster: "teams/team-a/virtualClusters/ml-dev"}},
-			State: request.StateCancelled, Requester: "sub-bob", Version: 1, Created: t0, Updated: t0},
+			State:   request.StateCancelled, Requester: "sub-bob", Version: 1, Created: t0, Updated: t0},
 	}
 }
 

@@ -34,6 +34,7 @@ const MaxLength = 2048
 // value forms are accepted and the Go type of the query argument.
 type Type int
 
+// Field types.
 const (
 	String    Type = iota // arg is a string
 	Enum                  // arg is a string from Field.Enum
@@ -194,12 +195,13 @@ func lexTokens(src string) ([]token, int, error) {
 			toks = append(toks, token{kind: tOp, text: "=", pos: i, end: i + 1})
 			i++
 		case c == '<' || c == '>' || c == '!':
-			if i+1 < len(src) && src[i+1] == '=' {
+			switch {
+			case i+1 < len(src) && src[i+1] == '=':
 				toks = append(toks, token{kind: tOp, text: src[i : i+2], pos: i, end: i + 2})
 				i += 2
-			} else if c == '!' {
+			case c == '!':
 				return toks, i, invalid(`unexpected "!" at position %d; the not-equal operator is "!="`, position(src, i))
-			} else {
+			default:
 				toks = append(toks, token{kind: tOp, text: src[i : i+1], pos: i, end: i + 1})
 				i++
 			}
