@@ -4,7 +4,6 @@ package request
 
 import (
 	"context"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -23,15 +22,8 @@ func scanPolicy(row pgx.Row) (Policy, error) {
 
 // GetPolicy reads a policy; lock takes a row lock (in a Tx).
 func GetPolicy(ctx context.Context, q store.Querier, id string, lock bool) (Policy, error) {
-	sql := `SELECT ` + policyColumns + ` FROM approval_policies WHERE id = $1`
-	if lock {
-		sql += ` FOR UPDATE`
-	}
-	p, err := scanPolicy(q.QueryRow(ctx, sql, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return p, errs.NotFound(names.ApprovalPolicy(id))
-	}
-	return p, err
+	return store.GetOne(ctx, q, `SELECT `+policyColumns+` FROM approval_policies WHERE id = $1`, lock, scanPolicy,
+		errs.NotFound(names.ApprovalPolicy(id)), id)
 }
 
 func enabledPolicies(ctx context.Context, q store.Querier) ([]Policy, error) {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -36,15 +35,7 @@ func scan(row pgx.Row) (Request, error) {
 
 // Get reads a request; lock takes a row lock (in a Tx).
 func Get(ctx context.Context, q store.Querier, id string, lock bool) (Request, error) {
-	sql := `SELECT ` + columns + ` FROM requests WHERE id = $1`
-	if lock {
-		sql += ` FOR UPDATE`
-	}
-	r, err := scan(q.QueryRow(ctx, sql, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return r, errs.NotFound(names.Request(id))
-	}
-	return r, err
+	return store.GetOne(ctx, q, `SELECT `+columns+` FROM requests WHERE id = $1`, lock, scan, errs.NotFound(names.Request(id)), id)
 }
 
 func newID() string {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -83,4 +84,17 @@ func CountBy(ctx context.Context, q Querier, sql string, args ...any) (map[strin
 	var n int64
 	_, err = pgx.ForEachRow(rows, []any{&label, &n}, func() error { counts[label] = n; return nil })
 	return counts, err
+}
+
+// GetOne runs a single-row SELECT for a repository, adding FOR UPDATE when
+// lock is set; no row is notFound.
+func GetOne[T any](ctx context.Context, q Querier, sql string, lock bool, scan func(pgx.Row) (T, error), notFound error, args ...any) (T, error) {
+	if lock {
+		sql += ` FOR UPDATE`
+	}
+	v, err := scan(q.QueryRow(ctx, sql, args...))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return v, notFound
+	}
+	return v, err
 }

@@ -4,7 +4,6 @@ package tenancy
 
 import (
 	"context"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -26,15 +25,8 @@ func scanDepartment(row pgx.Row) (Department, error) {
 
 // GetDepartment reads a department; lock takes a row lock (in a Tx).
 func GetDepartment(ctx context.Context, q store.Querier, id string, lock bool) (Department, error) {
-	sql := `SELECT ` + departmentColumns + ` FROM departments WHERE id = $1`
-	if lock {
-		sql += ` FOR UPDATE`
-	}
-	d, err := scanDepartment(q.QueryRow(ctx, sql, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return d, errs.NotFound(names.Department(id))
-	}
-	return d, err
+	return store.GetOne(ctx, q, `SELECT `+departmentColumns+` FROM departments WHERE id = $1`, lock, scanDepartment,
+		errs.NotFound(names.Department(id)), id)
 }
 
 // Budget reads a department's budget; lock takes the department lock
@@ -42,16 +34,11 @@ func GetDepartment(ctx context.Context, q store.Querier, id string, lock bool) (
 // then request, then virtual cluster), so hierarchy checks stay true until
 // commit.
 func Budget(ctx context.Context, q store.Querier, dept string, lock bool) (quota.Resources, error) {
-	sql := `SELECT gpu_centi, cpu_millis, memory_bytes FROM departments WHERE id = $1`
-	if lock {
-		sql += ` FOR UPDATE`
-	}
-	var r quota.Resources
-	err := q.QueryRow(ctx, sql, dept).Scan(&r.GPU, &r.CPUMillis, &r.MemoryBytes)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return r, errs.NotFound(names.Department(dept))
-	}
-	return r, err
+	return store.GetOne(ctx, q, `SELECT gpu_centi, cpu_millis, memory_bytes FROM departments WHERE id = $1`, lock,
+		func(row pgx.Row) (quota.Resources, error) {
+			var r quota.Resources
+			return r, row.Scan(&r.GPU, &r.CPUMillis, &r.MemoryBytes)
+		}, errs.NotFound(names.Department(dept)), dept)
 }
 
 // LockDepartment locks the department row and returns its budget.

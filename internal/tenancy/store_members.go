@@ -4,7 +4,6 @@ package tenancy
 
 import (
 	"context"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -24,15 +23,8 @@ func scanMember(row pgx.Row) (Member, error) {
 
 // GetMember reads a member; lock takes a row lock (in a Tx).
 func GetMember(ctx context.Context, q store.Querier, team, id string, lock bool) (Member, error) {
-	sql := `SELECT ` + memberColumns + ` FROM members WHERE team_id = $1 AND id = $2`
-	if lock {
-		sql += ` FOR UPDATE`
-	}
-	m, err := scanMember(q.QueryRow(ctx, sql, team, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return m, errs.NotFound(names.Member(team, id))
-	}
-	return m, err
+	return store.GetOne(ctx, q, `SELECT `+memberColumns+` FROM members WHERE team_id = $1 AND id = $2`, lock, scanMember,
+		errs.NotFound(names.Member(team, id)), team, id)
 }
 
 // MembersOfTeam returns every member of a team (for rendering RBAC).

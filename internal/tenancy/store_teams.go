@@ -4,7 +4,6 @@ package tenancy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -28,15 +27,7 @@ func scanTeam(row pgx.Row) (Team, error) {
 
 // GetTeam reads a team; lock takes a row lock (in a Tx).
 func GetTeam(ctx context.Context, q store.Querier, id string, lock bool) (Team, error) {
-	sql := `SELECT ` + teamColumns + ` FROM teams WHERE id = $1`
-	if lock {
-		sql += ` FOR UPDATE`
-	}
-	t, err := scanTeam(q.QueryRow(ctx, sql, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return t, errs.NotFound(names.Team(id))
-	}
-	return t, err
+	return store.GetOne(ctx, q, `SELECT `+teamColumns+` FROM teams WHERE id = $1`, lock, scanTeam, errs.NotFound(names.Team(id)), id)
 }
 
 func insertTeam(ctx context.Context, tx *store.Tx, t Team) (Team, error) {

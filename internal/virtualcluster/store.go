@@ -57,15 +57,7 @@ func limitColumns(l *quota.Resources) (g, c, m *int64) {
 
 // Get reads a virtual cluster by id; lock takes a row lock (in a Tx).
 func Get(ctx context.Context, q store.Querier, id string, lock bool) (VirtualCluster, error) {
-	sql := `SELECT ` + columns + ` FROM virtual_clusters WHERE id = $1`
-	if lock {
-		sql += ` FOR UPDATE`
-	}
-	v, err := scan(q.QueryRow(ctx, sql, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return v, errs.NotFound("virtual cluster " + id)
-	}
-	return v, err
+	return store.GetOne(ctx, q, `SELECT `+columns+` FROM virtual_clusters WHERE id = $1`, lock, scan, errs.NotFound("virtual cluster "+id), id)
 }
 
 // InsertPending stores a requested virtual cluster in PENDING_APPROVAL. A

@@ -9,6 +9,7 @@ import (
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/identity"
 	"github.com/gpuplane/gpuplane/internal/names"
 	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/tenancy"
@@ -30,6 +31,27 @@ func validateGroups(v *errs.Violations, field string, groups []string) []string 
 		v.Add(field, "at most 64 groups")
 	}
 	return out
+}
+
+// adminOf parses a department name and lets platform admins through:
+// callers who cannot read the department get NOT_FOUND, others
+// PERMISSION_DENIED ("only platform admins <verb> departments").
+func (s *Departments) adminOf(ctx context.Context, field, name, verb string) (string, *identity.Access, error) {
+	id, err := names.ParseDepartment(field, name)
+	if err != nil {
+		return "", nil, err
+	}
+	a, err := s.access(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	if !a.CanReadDepartment(id) {
+		return "", nil, errs.NotFound(name)
+	}
+	if !a.PlatformAdmin {
+		return "", nil, errs.PermissionDenied("only platform admins %s departments", verb)
+	}
+	return id, a, nil
 }
 
 // GetDepartment implements pb.DepartmentServiceServer.
@@ -110,19 +132,9 @@ func (s *Departments) UpdateDepartment(ctx context.Context, req *pb.UpdateDepart
 	if d == nil {
 		return nil, errs.InvalidField("department", "required")
 	}
-	id, err := names.ParseDepartment("department.name", d.GetName())
+	id, a, err := s.adminOf(ctx, "department.name", d.GetName(), "change")
 	if err != nil {
 		return nil, err
-	}
-	a, err := s.access(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if !a.CanReadDepartment(id) {
-		return nil, errs.NotFound(d.GetName())
-	}
-	if !a.PlatformAdmin {
-		return nil, errs.PermissionDenied("only platform admins change departments")
 	}
 	paths, err := maskPaths(req.GetUpdateMask().GetPaths(), "display_name", "quota_budget", "admin_groups")
 	if err != nil {
@@ -156,19 +168,9 @@ func (s *Departments) UpdateDepartment(ctx context.Context, req *pb.UpdateDepart
 
 // DeleteDepartment implements pb.DepartmentServiceServer.
 func (s *Departments) DeleteDepartment(ctx context.Context, req *pb.DeleteDepartmentRequest) (*emptypb.Empty, error) {
-	id, err := names.ParseDepartment("name", req.GetName())
+	id, a, err := s.adminOf(ctx, "name", req.GetName(), "delete")
 	if err != nil {
 		return nil, err
-	}
-	a, err := s.access(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if !a.CanReadDepartment(id) {
-		return nil, errs.NotFound(req.GetName())
-	}
-	if !a.PlatformAdmin {
-		return nil, errs.PermissionDenied("only platform admins delete departments")
 	}
 	return mutate(ctx, s.db, func(ctx context.Context, tx *store.Tx) (*emptypb.Empty, error) {
 		return &emptypb.Empty{}, s.tenancy.DeleteDepartment(ctx, tx, a.Principal, id, req.GetEtag())
