@@ -32,6 +32,8 @@ type Config struct {
 	OIDCUsernameClaim string `flag:"oidc-username-claim" help:"token claim used as the user name (matches Member.user)"`
 	OIDCGroupsClaim   string `flag:"oidc-groups-claim" help:"token claim holding the user's groups"`
 	OIDCCAFile        string `flag:"oidc-ca-file" help:"PEM CA bundle to trust for the issuer (optional)"`
+	// OIDCKeyRefetchInterval bounds the issuer load forged tokens can cause.
+	OIDCKeyRefetchInterval time.Duration `flag:"oidc-key-refetch-interval" help:"least time between two fetches of the issuer's signing keys caused by tokens naming an unknown key"`
 
 	PlatformAdminGroups string `flag:"platform-admin-groups" help:"comma-separated OIDC groups whose members are platform admins"`
 
@@ -70,6 +72,7 @@ func Defaults() Config {
 		OIDCClientID:             "gpuplane",
 		OIDCUsernameClaim:        "email",
 		OIDCGroupsClaim:          "groups",
+		OIDCKeyRefetchInterval:   10 * time.Second,
 		PlatformAdminGroups:      "platform-admins",
 		CapacityGPU:              "0",
 		CapacityCPU:              "0",
