@@ -294,7 +294,9 @@ func (i *Issuer) routes() http.Handler {
 func (i *Issuer) IssuerURL() string { return i.issuerURL }
 
 // JWKSPath is the URL path of the issuer's signing keys (its jwks_uri).
-func (i *Issuer) JWKSPath() string { return "/" + strings.TrimPrefix(i.provider.KeysEndpoint().Relative(), "/") }
+func (i *Issuer) JWKSPath() string {
+	return "/" + strings.TrimPrefix(i.provider.KeysEndpoint().Relative(), "/")
+}
 
 // ClientID is the API client id, the audience of tokens from Token.
 func (i *Issuer) ClientID() string { return i.cfg.ClientID }
