@@ -13,8 +13,8 @@ import (
 // themselves are covered by store's TestRedactDSN).
 func TestPrintRedactsEveryDSNForm(t *testing.T) {
 	for dsn, secret := range map[string]string{
-		"postgres://app:Url-S3cret@db:5432/gpuplane":                   "Url-S3cret",
-		"postgres://app@db/gpuplane?sslmode=require&password=Qu3ry-pw": "Qu3ry-pw",
+		"postgres://app:Url-S3cret@db:5432/gpuplane":                    "Url-S3cret",
+		"postgres://app@db/gpuplane?sslmode=require&password=Qu3ry-pw":  "Qu3ry-pw",
 		"host=db port=5432 user=app password=Kv-S3cret dbname=gpuplane": "Kv-S3cret",
 		"host=db password = 'with spaces' dbname=gpuplane":              "with spaces",
 		`host=db password='it\'s here' dbname=gpuplane`:                 "s here",
