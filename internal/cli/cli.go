@@ -41,6 +41,28 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gpuplane:", err)
 		return 2
 	}
+	fs.Usage = func() {
+		synopsis := map[string]string{
+			"migrate": "migrate [flags] up|down [N]|version|force V",
+			"dev":     "dev [flags]\n       gpuplane dev token [--issuer-addr host:port] <user>",
+		}[args[0]]
+		if synopsis == "" {
+			synopsis = args[0] + " [flags]"
+		}
+		fmt.Fprintf(fs.Output(), "usage: gpuplane %s\n\nflags (each also an environment variable):\n", synopsis)
+		fs.PrintDefaults()
+	}
+	// parse reports whether to go on; if not, the exit code: 0 for -h and
+	// --help (the usage was printed), 2 for a bad flag.
+	parse := func(args []string) (int, bool) {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0, false
+			}
+			return 2, false
+		}
+		return 0, true
+	}
 	fail := func(err error) int {
 		if err == nil || errors.Is(err, context.Canceled) {
 			return 0
@@ -50,27 +72,27 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "serve":
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
+		if code, ok := parse(args[1:]); !ok {
+			return code
 		}
 		cfg.Print(stderr)
 		return fail(app.Run(ctx, cfg, app.Options{}))
 	case "worker":
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
+		if code, ok := parse(args[1:]); !ok {
+			return code
 		}
 		cfg.Print(stderr)
 		return fail(app.RunWorker(ctx, cfg, nil))
 	case "migrate":
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
+		if code, ok := parse(args[1:]); !ok {
+			return code
 		}
 		return migrate(ctx, cfg, fs.Args(), stdout, stderr)
 	case "dev":
 		issuerAddr := fs.String("issuer-addr", "127.0.0.1:5556", "dev OIDC issuer listen address")
 		if len(args) > 1 && args[1] == "token" {
-			if err := fs.Parse(args[2:]); err != nil {
-				return 2
+			if code, ok := parse(args[2:]); !ok {
+				return code
 			}
 			if fs.NArg() != 1 {
 				fmt.Fprintln(stderr, "usage: gpuplane dev token <alice|bob|carol|dan|erin|frank>")
@@ -84,8 +106,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		cfg.LogFormat = "text"
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
+		if code, ok := parse(args[1:]); !ok {
+			return code
 		}
 		cfg.Print(stderr)
 		return fail(devenv.Run(ctx, devenv.Options{Config: cfg, IssuerAddr: *issuerAddr, Out: stdout}))
