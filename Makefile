@@ -5,7 +5,7 @@ BIN := $(CURDIR)/bin
 TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc-gen-grpc-gateway $(BIN)/protoc-gen-openapiv3
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
-.PHONY: run test build generate check-generated lint tools envtest bench clean
+.PHONY: run test build generate check-generated lint tools envtest bench fuzz clean
 
 ## run: everything locally on embedded defaults (throwaway PostgreSQL, dev OIDC issuer, local host cluster)
 run: envtest
@@ -18,6 +18,10 @@ test: envtest
 ## bench: the benchmarks behind the numbers in the closing notes
 bench: envtest
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test -run '^$$' -bench . -benchmem -count=1 ./...
+
+## fuzz: every go test -fuzz target for FUZZTIME each (default 10s); seeds in testdata/fuzz
+fuzz:
+	hack/fuzz.sh
 
 build:
 	go build -o $(BIN)/ ./cmd/...
