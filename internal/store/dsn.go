@@ -157,12 +157,7 @@ func scanURL(dsn string, start int) []secretSpan {
 			continue
 		}
 		if colon := strings.IndexByte(dsn[start:i], ':'); colon >= 0 {
-			pw := dsn[start+colon+1 : i]
-			dec, err := url.PathUnescape(pw)
-			if err != nil {
-				dec = pw
-			}
-			spans = append(spans, secretSpan{start: start + colon + 1, end: i, value: dec})
+			spans = append(spans, urlSpan(dsn, start+colon+1, i, url.PathUnescape))
 		}
 		hostStart = i + 1
 		break
@@ -183,16 +178,22 @@ func scanURL(dsn string, start int) []secretSpan {
 			paramEnd = pos + amp
 		}
 		if eq := strings.IndexByte(dsn[pos:paramEnd], '='); eq >= 0 && secretKey(dsn[pos:pos+eq]) {
-			raw := dsn[pos+eq+1 : paramEnd]
-			dec, err := url.QueryUnescape(raw)
-			if err != nil {
-				dec = raw
-			}
-			spans = append(spans, secretSpan{start: pos + eq + 1, end: paramEnd, value: dec})
+			spans = append(spans, urlSpan(dsn, pos+eq+1, paramEnd, url.QueryUnescape))
 		}
 		pos = paramEnd + 1
 	}
 	return spans
+}
+
+// urlSpan is the secret dsn[start:end], decoded with unescape when it is
+// validly escaped, else taken as written.
+func urlSpan(dsn string, start, end int, unescape func(string) (string, error)) secretSpan {
+	raw := dsn[start:end]
+	dec, err := unescape(raw)
+	if err != nil {
+		dec = raw
+	}
+	return secretSpan{start: start, end: end, value: dec}
 }
 
 func isHostChar(c byte) bool {
