@@ -72,7 +72,8 @@ func withKeyError(ctx context.Context) (context.Context, *keyError) {
 	return context.WithValue(ctx, keyErrorKey{}, ke), ke
 }
 
-func (ks *keySet) fail(ctx context.Context, e error) error {
+// keyFailure records e for verifyToken and returns it.
+func keyFailure(ctx context.Context, e error) error {
 	if ke, ok := ctx.Value(keyErrorKey{}).(*keyError); ok {
 		ke.err = e
 	}
@@ -83,10 +84,10 @@ func (ks *keySet) fail(ctx context.Context, e error) error {
 func (ks *keySet) VerifySignature(ctx context.Context, jwt string) ([]byte, error) {
 	jws, err := jose.ParseSigned(jwt, ks.algs)
 	if err != nil {
-		return nil, ks.fail(ctx, unauthenticated(err, "malformed token"))
+		return nil, keyFailure(ctx, unauthenticated(err, "malformed token"))
 	}
 	if len(jws.Signatures) != 1 {
-		return nil, ks.fail(ctx, unauthenticated(nil, "malformed token"))
+		return nil, keyFailure(ctx, unauthenticated(nil, "malformed token"))
 	}
 	kid := jws.Signatures[0].Header.KeyID
 
@@ -96,7 +97,7 @@ func (ks *keySet) VerifySignature(ctx context.Context, jwt string) ([]byte, erro
 			ks.refreshInBackground()
 		}
 		if err != nil {
-			return nil, ks.fail(ctx, unauthenticated(err, "invalid token signature"))
+			return nil, keyFailure(ctx, unauthenticated(err, "invalid token signature"))
 		}
 		return payload, nil
 	}
@@ -105,27 +106,27 @@ func (ks *keySet) VerifySignature(ctx context.Context, jwt string) ([]byte, erro
 	// key fits): the issuer may have rotated. Ask it, within the limit.
 	keys, fetchErr, nextFetch := ks.refresh(ctx)
 	if err := ctx.Err(); err != nil {
-		return nil, ks.fail(ctx, err)
+		return nil, keyFailure(ctx, err)
 	}
 	if payload, known, err := verifyWith(jws, keys, kid); known {
 		if err != nil {
-			return nil, ks.fail(ctx, unauthenticated(err, "invalid token signature"))
+			return nil, keyFailure(ctx, unauthenticated(err, "invalid token signature"))
 		}
 		return payload, nil
 	}
 	if fetchErr != nil {
 		// Not the caller's fault, and signing in again would not help: the
 		// token may well be valid. Retry when the next fetch may start.
-		wait := max(time.Until(nextFetch), time.Second).Round(time.Second)
-		return nil, ks.fail(ctx, errs.Wrap(fetchErr, errs.KindUnavailable, errs.ReasonIdentityProviderUnavailable,
+		wait := max(nextFetch.Sub(ks.now()), time.Second).Round(time.Second)
+		return nil, keyFailure(ctx, errs.Wrap(fetchErr, errs.KindUnavailable, errs.ReasonIdentityProviderUnavailable,
 			"the identity provider's signing keys cannot be fetched right now; retry in %s", wait).
 			WithRetryAfter(wait))
 	}
 	if kid == "" {
-		return nil, ks.fail(ctx, unauthenticated(nil, "invalid token signature"))
+		return nil, keyFailure(ctx, unauthenticated(nil, "invalid token signature"))
 	}
 	// The issuer answered recently and does not publish this key.
-	return nil, ks.fail(ctx, unauthenticated(nil, "token signing key is not known to the identity provider"))
+	return nil, keyFailure(ctx, unauthenticated(nil, "token signing key is not known to the identity provider"))
 }
 
 // verifyWith checks jws against the keys matching kid (every key when the
