@@ -7,7 +7,7 @@ TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc
 LINTER := $(BIN)/golangci-lint
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
-.PHONY: run test test-unit build generate check-generated lint check-tidy check-deps buf-breaking tools envtest bench clean
+.PHONY: run test test-unit build generate check-generated lint check-tidy check-deps buf-breaking tools envtest bench fuzz clean
 
 ## run: everything locally on embedded defaults (throwaway PostgreSQL, dev OIDC issuer, local host cluster)
 run: envtest
@@ -25,6 +25,10 @@ test-unit:
 ## bench: the benchmarks behind the numbers in the closing notes
 bench: envtest
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test -run '^$$' -bench . -benchmem -count=1 ./...
+
+## fuzz: every go test -fuzz target for FUZZTIME each (default 10s); seeds in testdata/fuzz
+fuzz:
+	hack/fuzz.sh
 
 ## build: the production binary (gpuplane), the CLI and the dev command
 build:

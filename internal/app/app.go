@@ -112,7 +112,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 	}
 	verifier, err := identity.NewVerifier(ctx, identity.VerifierConfig{
 		IssuerURL: cfg.OIDCIssuerURL, ClientID: cfg.OIDCClientID, UsernameClaim: cfg.OIDCUsernameClaim,
-		GroupsClaim: cfg.OIDCGroupsClaim, CACertPEM: caPEM,
+		GroupsClaim: cfg.OIDCGroupsClaim, CACertPEM: caPEM, KeyRefetchInterval: cfg.OIDCKeyRefetchInterval,
 		Logf: func(format string, args ...any) { a.log.Info(fmt.Sprintf(format, args...)) },
 	})
 	if err != nil {

@@ -6,12 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"reflect"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpuplane/gpuplane/internal/store"
 )
 
 // Config is every setting of the server. Each field is a flag and an
@@ -32,6 +33,8 @@ type Config struct {
 	OIDCUsernameClaim string `flag:"oidc-username-claim" help:"token claim used as the user name (matches Member.user)"`
 	OIDCGroupsClaim   string `flag:"oidc-groups-claim" help:"token claim holding the user's groups"`
 	OIDCCAFile        string `flag:"oidc-ca-file" help:"PEM CA bundle to trust for the issuer (optional)"`
+	// OIDCKeyRefetchInterval bounds the issuer load forged tokens can cause.
+	OIDCKeyRefetchInterval time.Duration `flag:"oidc-key-refetch-interval" help:"least time between two fetches of the issuer's signing keys caused by tokens naming an unknown key"`
 
 	PlatformAdminGroups string `flag:"platform-admin-groups" help:"comma-separated OIDC groups whose members are platform admins"`
 
@@ -70,6 +73,7 @@ func Defaults() Config {
 		OIDCClientID:             "gpuplane",
 		OIDCUsernameClaim:        "email",
 		OIDCGroupsClaim:          "groups",
+		OIDCKeyRefetchInterval:   10 * time.Second,
 		PlatformAdminGroups:      "platform-admins",
 		CapacityGPU:              "0",
 		CapacityCPU:              "0",
@@ -159,8 +163,9 @@ func setField(fv reflect.Value, s string) error {
 	return nil
 }
 
-// Print writes the resolved configuration with secrets redacted: passwords
-// inside URLs become "REDACTED", fields marked secret never appear raw.
+// Print writes the resolved configuration with secrets redacted: fields
+// marked secret (database DSNs, in URL or keyword/value form) are shown
+// with every password replaced by "REDACTED" (store.RedactDSN).
 func (c Config) Print(w io.Writer) {
 	v := reflect.ValueOf(c)
 	t := v.Type()
@@ -169,34 +174,10 @@ func (c Config) Print(w io.Writer) {
 		f := t.Field(i)
 		val := fmt.Sprint(v.Field(i).Interface())
 		if f.Tag.Get("secret") == "true" {
-			val = RedactURL(val)
+			val = store.RedactDSN(val)
 		}
 		fmt.Fprintf(w, "  %-28s %s\n", f.Tag.Get("flag"), val)
 	}
-}
-
-// RedactURL hides the password of a URL (and any password= parameter).
-func RedactURL(s string) string {
-	if s == "" {
-		return ""
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return "REDACTED"
-	}
-	if u.User != nil {
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "REDACTED")
-		}
-	}
-	q := u.Query()
-	for k := range q {
-		if strings.Contains(strings.ToLower(k), "password") {
-			q.Set(k, "REDACTED")
-		}
-	}
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 // AdminGroups splits PlatformAdminGroups.

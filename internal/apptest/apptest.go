@@ -95,12 +95,18 @@ type Options struct {
 	// Kubeconfigs replaces the host cluster as the source of virtual
 	// clusters' CA and admin kubeconfig.
 	Kubeconfigs api.Kubeconfigs
+	// Issuer replaces the shared dev issuer (e.g. one a test stops and
+	// restarts); it must know the demo users.
+	Issuer *oidcdev.Issuer
 }
 
 // Start runs a server for the test and stops it at cleanup.
 func Start(t testing.TB, o Options) *Env {
 	t.Helper()
-	iss := Issuer(t)
+	iss := o.Issuer
+	if iss == nil {
+		iss = Issuer(t)
+	}
 	cfg := app.Defaults()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.DatabaseURL = storetest.New(t)

@@ -38,6 +38,27 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gpuplane:", err)
 		return 2
 	}
+	fs.Usage = func() {
+		synopsis := map[string]string{
+			"migrate": "migrate [flags] up|down [N]|version|force V",
+		}[args[0]]
+		if synopsis == "" {
+			synopsis = args[0] + " [flags]"
+		}
+		fmt.Fprintf(fs.Output(), "usage: gpuplane %s\n\nflags (each also an environment variable):\n", synopsis)
+		fs.PrintDefaults()
+	}
+	// parse reports whether to go on; if not, the exit code: 0 for -h and
+	// --help (the usage was printed), 2 for a bad flag.
+	parse := func(args []string) (int, bool) {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0, false
+			}
+			return 2, false
+		}
+		return 0, true
+	}
 	fail := func(err error) int {
 		if err == nil || errors.Is(err, context.Canceled) {
 			return 0
@@ -47,20 +68,20 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "serve":
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
+		if code, ok := parse(args[1:]); !ok {
+			return code
 		}
 		cfg.Print(stderr)
 		return fail(app.Run(ctx, cfg, app.Options{}))
 	case "worker":
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
+		if code, ok := parse(args[1:]); !ok {
+			return code
 		}
 		cfg.Print(stderr)
 		return fail(app.RunWorker(ctx, cfg, nil))
 	case "migrate":
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
+		if code, ok := parse(args[1:]); !ok {
+			return code
 		}
 		return migrate(ctx, cfg, fs.Args(), stdout, stderr)
 	case "-h", "--help", "help":

@@ -39,7 +39,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if len(args) > 0 && args[0] == "token" {
 		if err := fs.Parse(args[1:]); err != nil {
-			return 2
+			return parseFailure(err)
 		}
 		if fs.NArg() != 1 {
 			fmt.Fprintln(stderr, "usage: gpuplane-dev token <alice|bob|carol|dan|erin|frank>")
@@ -57,7 +57,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return parseFailure(err)
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "gpuplane-dev: unexpected argument %q\n\n%s", fs.Arg(0), usage)
@@ -65,4 +65,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cfg.Print(stderr)
 	return fail(Run(ctx, Options{Config: cfg, IssuerAddr: *issuerAddr, Out: stdout}))
+}
+
+// parseFailure is the exit code of a flag parse error: -h/--help printed
+// the usage and succeeded, anything else is a usage error.
+func parseFailure(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
 }

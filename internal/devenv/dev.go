@@ -56,7 +56,7 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 		cfg.DatabaseURL = pg.URL("gpuplane")
-		say("PostgreSQL ready at %s", cfg.DatabaseURL)
+		say("PostgreSQL ready at %s", store.RedactDSN(cfg.DatabaseURL))
 	}
 	say("applying database migrations...")
 	if err := store.MigrateUp(ctx, cfg.DatabaseURL); err != nil {

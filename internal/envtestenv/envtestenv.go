@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/gpuplane/gpuplane/deploy/crds"
+	"github.com/gpuplane/gpuplane/internal/devenv/lifeline"
 )
 
 // Versions built by hack/envtest-assets.sh; keep in sync with that script.
@@ -51,11 +52,13 @@ type Options struct {
 }
 
 // Env is a running API server. Stop it when done; it owns temp directories
-// and two child processes.
+// and two child processes, which also die (through a lifeline) if this
+// process dies without stopping them.
 type Env struct {
 	env    *envtest.Environment
 	config *rest.Config
 	logf   func(string, ...any)
+	line   *lifeline.Line
 }
 
 // DefaultAssetsDir is where hack/envtest-assets.sh caches the binaries:
@@ -140,10 +143,6 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		}
 	}
 	api := te.ControlPlane.GetAPIServer()
-	// Explicit paths: envtest would otherwise let $KUBEBUILDER_ASSETS or
-	// $TEST_ASSET_* win over the directory we just checked.
-	api.Path = filepath.Join(assets, "kube-apiserver")
-	te.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(assets, "etcd")}
 	for _, arg := range opts.ExtraAPIServerArgs {
 		name, value, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
 		if name == "" {
@@ -155,6 +154,30 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 			api.Configure().Enable(name)
 		}
 	}
+
+	// envtest starts etcd and kube-apiserver in process groups of their
+	// own (so a terminal's Ctrl-C leaves them to Stop) and offers no hook
+	// into their exec.Cmd; they run through lifeline wrappers instead,
+	// which record them so that they die with this process even when it is
+	// SIGKILLed. Their state is thrown away, so SIGKILL is the signal.
+	line, err := lifeline.Start(lifeline.Options{Name: "envtest", Signal: "KILL"})
+	if err != nil {
+		return nil, err
+	}
+	// Explicit paths: envtest would otherwise let $KUBEBUILDER_ASSETS or
+	// $TEST_ASSET_* win over the directory we just checked.
+	apiPath, err := line.Wrap(filepath.Join(assets, "kube-apiserver"))
+	if err != nil {
+		_ = line.Release()
+		return nil, err
+	}
+	etcdPath, err := line.Wrap(filepath.Join(assets, "etcd"))
+	if err != nil {
+		_ = line.Release()
+		return nil, err
+	}
+	api.Path = apiPath
+	te.ControlPlane.Etcd = &envtest.Etcd{Path: etcdPath}
 
 	started := time.Now()
 	type result struct {
@@ -169,16 +192,23 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	select {
 	case r := <-done:
 		if r.err != nil {
-			_ = te.Stop()
+			_ = stop(te, line)
 			return nil, fmt.Errorf("envtestenv: start kube-apiserver v%s from %s: %w", KubernetesVersion, assets, r.err)
 		}
+		// Known only now; the lifeline deletes them if Stop never runs.
+		for _, dir := range []string{api.CertDir, te.ControlPlane.Etcd.DataDir} {
+			if err := line.RemoveOnExit(dir); err != nil {
+				_ = stop(te, line)
+				return nil, err
+			}
+		}
 		logf("envtestenv: kube-apiserver ready at %s in %s (binaries: %s)", r.cfg.Host, time.Since(started).Round(time.Millisecond), assets)
-		return &Env{env: te, config: r.cfg, logf: logf}, nil
+		return &Env{env: te, config: r.cfg, logf: logf, line: line}, nil
 	case <-ctx.Done():
 		// Wait for Start to return so no processes outlive the caller.
 		go func() {
 			<-done
-			_ = te.Stop()
+			_ = stop(te, line)
 		}()
 		return nil, fmt.Errorf("envtestenv: start: %w", ctx.Err())
 	}
@@ -211,9 +241,19 @@ func (e *Env) Stop() error {
 	if e == nil || e.env == nil {
 		return nil
 	}
-	err := e.env.Stop()
+	err := stop(e.env, e.line)
 	e.env = nil
 	return err
+}
+
+// stop stops the control plane, then disarms the lifeline; if the orderly
+// stop failed, the lifeline kills whatever is left.
+func stop(te *envtest.Environment, line *lifeline.Line) error {
+	err := te.Stop()
+	if err != nil {
+		return errors.Join(err, line.Cut())
+	}
+	return line.Release()
 }
 
 var (

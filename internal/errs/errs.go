@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Kind says what went wrong in terms a caller can act on. It maps 1:1 to a
@@ -71,6 +72,9 @@ const (
 	ReasonInvalidPolicy     = "INVALID_POLICY"
 	ReasonSchemaBehind      = "SCHEMA_BEHIND"
 	ReasonInternal          = "INTERNAL"
+	// ReasonIdentityProviderUnavailable: the token names a signing key we
+	// do not have and the identity provider cannot be asked for it now.
+	ReasonIdentityProviderUnavailable = "IDENTITY_PROVIDER_UNAVAILABLE"
 )
 
 // FieldViolation names one bad field, using the proto field path
@@ -87,6 +91,9 @@ type Error struct {
 	Message    string
 	Metadata   map[string]string
 	Violations []FieldViolation
+	// RetryAfter, when positive, tells the caller when a retry may succeed
+	// (google.rpc.RetryInfo; Retry-After over HTTP).
+	RetryAfter time.Duration
 	cause      error
 }
 
@@ -127,6 +134,12 @@ func (e *Error) With(key, value string) *Error {
 		e.Metadata = map[string]string{}
 	}
 	e.Metadata[key] = value
+	return e
+}
+
+// WithRetryAfter sets RetryAfter and returns e for chaining.
+func (e *Error) WithRetryAfter(d time.Duration) *Error {
+	e.RetryAfter = d
 	return e
 }
 

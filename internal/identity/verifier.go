@@ -16,8 +16,7 @@ import (
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
-
-	"github.com/gpuplane/gpuplane/internal/errs"
+	jose "github.com/go-jose/go-jose/v4"
 )
 
 const (
@@ -59,17 +58,25 @@ type VerifierConfig struct {
 	// CACertPEM, when set, is the only trust root for the issuer's TLS
 	// certificate (a private CA, e.g. the dev issuer's).
 	CACertPEM []byte
+	// KeyRefetchInterval is the least time between two fetches of the
+	// issuer's signing keys caused by tokens naming an unknown key;
+	// DefaultKeyRefetchInterval when zero. It bounds the load that forged
+	// tokens can put on the identity provider, and how long a key the
+	// issuer has just started using may be refused after such a fetch.
+	KeyRefetchInterval time.Duration
 	// Logf receives discovery progress. Tokens are never passed to it.
 	Logf func(format string, args ...any)
 }
 
-// Verifier checks OIDC ID tokens. Signing keys are fetched and refreshed by
-// go-oidc's remote key set (a token with an unknown kid triggers a JWKS
-// refetch), so key rotation at the issuer needs no restart.
+// Verifier checks OIDC ID tokens. Signing keys come from the issuer's JWKS
+// and are cached (see keySet): a token naming a key the cache lacks causes
+// a rate-limited refetch, so key rotation at the issuer needs no restart,
+// and tokens signed by cached keys keep working while the issuer is down.
 type Verifier struct {
 	usernameClaim string
 	groupsClaim   string
 	algs          []string
+	keys          *keySet
 	verifier      *oidc.IDTokenVerifier
 	cache         verifiedCache
 }
@@ -100,6 +107,12 @@ func NewVerifier(ctx context.Context, cfg VerifierConfig) (*Verifier, error) {
 			return nil, fmt.Errorf("identity: signature algorithm %q is not allowed (use one of %s)", a, strings.Join(asymmetricAlgs, ", "))
 		}
 	}
+	if cfg.KeyRefetchInterval < 0 {
+		return nil, errors.New("identity: key refetch interval must not be negative")
+	}
+	if cfg.KeyRefetchInterval == 0 {
+		cfg.KeyRefetchInterval = DefaultKeyRefetchInterval
+	}
 	logf := cfg.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -113,11 +126,30 @@ func NewVerifier(ctx context.Context, cfg VerifierConfig) (*Verifier, error) {
 	if err != nil {
 		return nil, err
 	}
+	var meta struct {
+		JWKSURL string `json:"jwks_uri"`
+	}
+	if err := provider.Claims(&meta); err != nil || meta.JWKSURL == "" {
+		return nil, fmt.Errorf("identity: issuer %s publishes no jwks_uri in its discovery document", cfg.IssuerURL)
+	}
+	joseAlgs := make([]jose.SignatureAlgorithm, len(algs))
+	for i, a := range algs {
+		joseAlgs[i] = jose.SignatureAlgorithm(a)
+	}
+	keys := &keySet{
+		jwksURL: meta.JWKSURL, client: httpClient, algs: joseAlgs,
+		refetchInterval: cfg.KeyRefetchInterval, now: time.Now, logf: logf,
+	}
+	// Fetch the keys now, so that the first tokens need no round trip and
+	// verify even if the issuer goes away right after start. A failure is
+	// not fatal: the first token naming a key fetches again.
+	keys.refresh(ctx)
 	return &Verifier{
 		usernameClaim: cfg.UsernameClaim,
 		groupsClaim:   cfg.GroupsClaim,
 		algs:          algs,
-		verifier: provider.Verifier(&oidc.Config{
+		keys:          keys,
+		verifier: oidc.NewVerifier(cfg.IssuerURL, keys, &oidc.Config{
 			ClientID:             cfg.ClientID,
 			SupportedSigningAlgs: algs,
 		}),
@@ -185,8 +217,10 @@ func discover(ctx context.Context, issuerURL string, logf func(string, ...any)) 
 // Verify checks rawToken (an ID token) and returns its principal. Failures
 // are *errs.Error of KindUnauthenticated with a short reason that never
 // contains the token; the go-oidc detail is kept as the unexported cause for
-// server logs. The one exception is an unreachable JWKS endpoint, which is
-// KindUnavailable: the caller should retry, not re-authenticate.
+// server logs. The one exception is a token naming a signing key that is
+// not cached while the issuer cannot be reached: that is KindUnavailable
+// (ReasonIdentityProviderUnavailable, with RetryAfter), because the caller
+// should retry, not sign in again.
 func (v *Verifier) Verify(ctx context.Context, rawToken string) (Principal, error) {
 	if rawToken == "" {
 		return Principal{}, unauthenticated(nil, "missing bearer token")
@@ -212,8 +246,12 @@ func (v *Verifier) verify(ctx context.Context, rawToken string) (Principal, time
 }
 
 func (v *Verifier) verifyToken(ctx context.Context, rawToken string) (Principal, *oidc.IDToken, error) {
+	ctx, keyErr := withKeyError(ctx)
 	tok, err := v.verifier.Verify(ctx, rawToken)
 	if err != nil {
+		if keyErr.err != nil {
+			return Principal{}, nil, keyErr.err
+		}
 		return Principal{}, nil, v.classify(rawToken, err)
 	}
 	var claims map[string]any
@@ -260,11 +298,6 @@ func (v *Verifier) classify(raw string, err error) error {
 		return unauthenticated(err, "token audience mismatch")
 	case strings.Contains(msg, "oidc: id token issued by a different provider"):
 		return unauthenticated(err, "token issuer mismatch")
-	case strings.Contains(msg, "fetching keys"):
-		return errs.Wrap(err, errs.KindUnavailable, errs.ReasonInternal,
-			"identity provider signing keys are unavailable; retry later")
-	case strings.Contains(msg, "failed to verify signature"):
-		return unauthenticated(err, "invalid token signature")
 	case strings.Contains(msg, "oidc: malformed jwt"), strings.Contains(msg, "oidc: id token not signed"),
 		strings.Contains(msg, "multiple signatures"):
 		if alg := headerAlg(raw); alg != "" && !slices.Contains(v.algs, alg) {

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/gpuplane/gpuplane/internal/errs"
 )
@@ -63,6 +64,9 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Description})
 		}
 		details = append(details, br)
+	}
+	if e.RetryAfter > 0 {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(e.RetryAfter)})
 	}
 	withDetails, derr := st.WithDetails(details...)
 	if derr != nil {

@@ -2,7 +2,10 @@ package server
 
 import (
 	"context"
+	"math"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -25,5 +28,20 @@ func gatewayErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.M
 			err = withDetails.Err()
 		}
 	}
+	if ok {
+		setRetryAfter(w, st)
+	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+}
+
+// setRetryAfter mirrors a RetryInfo detail as the Retry-After header (whole
+// seconds, rounded up), which HTTP clients and proxies understand.
+func setRetryAfter(w http.ResponseWriter, st *status.Status) {
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
+			delay := ri.GetRetryDelay().AsDuration()
+			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(max(delay, time.Second).Seconds()))))
+			return
+		}
+	}
 }

@@ -138,12 +138,12 @@ func withMigrate(ctx context.Context, dsn string, fn func(*migrate.Migrate) erro
 	}
 	connCfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return fmt.Errorf("store: parse database DSN: %w", err)
+		return parseDSNError(dsn, err)
 	}
 	db := stdlib.OpenDB(*connCfg)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return fmt.Errorf("store: migrate: connect: %w", err)
+		return scrubbedError(dsn, "store: migrate: connect", err)
 	}
 	drv, err := migratepgx.WithInstance(db, &migratepgx.Config{MigrationsTable: migrationsTable})
 	if err != nil {

@@ -26,8 +26,7 @@ const DefaultMaxConns = 10
 func Open(ctx context.Context, dsn string, maxConns int32, opts ...OpenOption) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		// pgx redacts passwords from this error on a best-effort basis.
-		return nil, fmt.Errorf("store: parse database DSN: %w", err)
+		return nil, parseDSNError(dsn, err)
 	}
 	if maxConns <= 0 {
 		maxConns = DefaultMaxConns
@@ -52,12 +51,12 @@ func Open(ctx context.Context, dsn string, maxConns int32, opts ...OpenOption) (
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("store: create pool: %w", err)
+		return nil, scrubbedError(dsn, "store: create pool", err)
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("store: connect to %s:%d/%s: %w",
-			cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
+		return nil, scrubbedError(dsn, fmt.Sprintf("store: connect to %s:%d/%s",
+			cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database), err)
 	}
 	return pool, nil
 }

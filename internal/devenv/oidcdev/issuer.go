@@ -109,6 +109,9 @@ type Config struct {
 	// Logf receives progress lines. Tokens, codes and passwords are never
 	// passed to it.
 	Logf func(format string, args ...any)
+	// WrapHandler, when set, wraps the issuer's HTTP handler, so that a
+	// test can count or fail requests (JWKSPath tells the key set's path).
+	WrapHandler func(http.Handler) http.Handler
 }
 
 // TokenOptions adjust a minted token, mostly for negative tests.
@@ -220,8 +223,12 @@ func New(ctx context.Context, cfg Config) (*Issuer, error) {
 		serveErr:  make(chan error, 1),
 		logf:      logf,
 	}
+	handler := i.routes()
+	if cfg.WrapHandler != nil {
+		handler = cfg.WrapHandler(handler)
+	}
 	i.server = &http.Server{
-		Handler:           i.routes(),
+		Handler:           handler,
 		ReadHeaderTimeout: readHeaderTimeout,
 		// Route net/http's own complaints (mostly TLS handshakes from
 		// clients that do not trust the dev CA) to Logf, not stderr.
@@ -286,6 +293,11 @@ func (i *Issuer) routes() http.Handler {
 
 // IssuerURL is the issuer identifier, e.g. "http://127.0.0.1:41234".
 func (i *Issuer) IssuerURL() string { return i.issuerURL }
+
+// JWKSPath is the URL path of the issuer's signing keys (its jwks_uri).
+func (i *Issuer) JWKSPath() string {
+	return "/" + strings.TrimPrefix(i.provider.KeysEndpoint().Relative(), "/")
+}
 
 // ClientID is the API client id, the audience of tokens from Token.
 func (i *Issuer) ClientID() string { return i.cfg.ClientID }

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/gpuplane/gpuplane/internal/devenv/lifeline"
 )
 
 // Options configures Start.
@@ -42,7 +44,8 @@ type Options struct {
 }
 
 // Server is a running cluster. Stop it when done; if the process dies
-// without doing so, a watchdog stops the cluster within moments.
+// without doing so (SIGKILL, a test binary's timeout), a lifeline shuts the
+// cluster down within moments and removes a temporary directory.
 type Server struct {
 	dir        string
 	removeDir  bool
@@ -51,23 +54,11 @@ type Server struct {
 	bin        string
 	asPostgres bool
 	logf       func(string, ...any)
-
-	// watchdogW is the write end of a pipe whose read end is the stdin of a
-	// watchdog shell. The kernel closes it however this process dies, and
-	// the watchdog then shuts the cluster down; this is how we avoid leaking
-	// postgres processes when a test binary is killed or times out.
-	watchdogW   *os.File
-	watchdog    *exec.Cmd
-	watchdogErr chan error
+	line       *lifeline.Line
 
 	stopOnce sync.Once
 	stopErr  error
 }
-
-// live keeps started servers reachable: dropping the last reference would
-// let the GC close watchdogW and the watchdog would kill a cluster that is
-// still in use.
-var live sync.Map
 
 const superuser = "postgres"
 
@@ -130,6 +121,26 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return fail(fmt.Errorf("pgserver: %w", err))
 	}
 
+	// Armed before the server starts, so that it covers the start too. The
+	// postmaster's PID is read from its pid file when the lifeline fires;
+	// SIGQUIT is PostgreSQL's immediate shutdown: nothing here is worth a
+	// checkpoint.
+	lo := lifeline.Options{Name: "postgres", Signal: "QUIT", Grace: 10 * time.Second,
+		PIDFiles: []string{filepath.Join(s.dataDir, "postmaster.pid")}}
+	if s.removeDir {
+		lo.Remove = []string{s.dir}
+	}
+	if s.line, err = lifeline.Start(lo); err != nil {
+		return fail(err)
+	}
+	fail = func(err error) (*Server, error) {
+		_ = s.line.Release()
+		if s.removeDir {
+			_ = os.RemoveAll(s.dir)
+		}
+		return nil, err
+	}
+
 	maxConns := opts.MaxConnections
 	if maxConns <= 0 {
 		maxConns = 300
@@ -158,11 +169,6 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		logf("pgserver: start on port %d failed, retrying: %v", port, err)
 	}
 
-	if err := s.startWatchdog(); err != nil {
-		_ = s.pgCtlStop()
-		return fail(err)
-	}
-	live.Store(s, struct{}{})
 	return s, nil
 }
 
@@ -250,43 +256,6 @@ func (s *Server) run(ctx context.Context, name string, args ...string) ([]byte, 
 	return bytes.TrimSpace(out.Bytes()), runErr
 }
 
-func (s *Server) startWatchdog() error {
-	pid, err := s.postmasterPID()
-	if err != nil {
-		return err
-	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		return fmt.Errorf("pgserver: watchdog pipe: %w", err)
-	}
-	// SIGQUIT is PostgreSQL's immediate shutdown: nothing here is worth a
-	// checkpoint.
-	script := `cat >/dev/null
-kill -QUIT "$1" 2>/dev/null
-i=0
-while kill -0 "$1" 2>/dev/null && [ "$i" -lt 100 ]; do sleep 0.1; i=$((i+1)); done
-if [ "$2" = remove ]; then rm -rf "$3"; fi
-`
-	remove := "keep"
-	if s.removeDir {
-		remove = "remove"
-	}
-	cmd := exec.Command("/bin/sh", "-c", script, "pgserver-watchdog", strconv.Itoa(pid), remove, s.dir)
-	cmd.Stdin = r
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		r.Close()
-		w.Close()
-		return fmt.Errorf("pgserver: start watchdog: %w", err)
-	}
-	r.Close()
-	s.watchdog, s.watchdogW = cmd, w
-	s.watchdogErr = make(chan error, 1)
-	go func() { s.watchdogErr <- cmd.Wait() }()
-	return nil
-}
-
 func (s *Server) postmasterPID() (int, error) {
 	b, err := os.ReadFile(filepath.Join(s.dataDir, "postmaster.pid"))
 	if err != nil {
@@ -340,14 +309,9 @@ func (s *Server) CreateDatabase(ctx context.Context, name, template string) erro
 // It is safe to call more than once.
 func (s *Server) Stop() error {
 	s.stopOnce.Do(func() {
-		defer live.Delete(s)
-		if s.watchdog != nil {
-			// Disarm the watchdog first so it cannot race the orderly stop.
-			_ = s.watchdog.Process.Kill()
-			<-s.watchdogErr //nolint:errcheck // it exits with the kill just sent
-			_ = s.watchdogW.Close()
-		}
-		err := s.pgCtlStop()
+		// Disarm the lifeline first so it cannot race the orderly stop.
+		err := s.line.Release()
+		err = errors.Join(err, s.pgCtlStop())
 		if s.removeDir {
 			if rmErr := os.RemoveAll(s.dir); rmErr != nil {
 				err = errors.Join(err, fmt.Errorf("pgserver: remove %s: %w", s.dir, rmErr))
