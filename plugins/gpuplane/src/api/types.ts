@@ -28,6 +28,8 @@ export type AuditEvent = Schema<'gpuplane.v1.AuditEvent'>;
 export type CurrentUser = Schema<'gpuplane.v1.User'>;
 export type Kubeconfig = Schema<'gpuplane.v1.VirtualClusterKubeconfig'>;
 
+export const teamName = (teamId: string) => `teams/${teamId}`;
+
 /** What the request form asks for: a new virtual cluster for a team. */
 export interface VirtualClusterAsk {
   /** Team id (not the resource name), e.g. "team-a". */
@@ -98,8 +100,6 @@ export function normalizeFieldPath(path: string): string {
     .map(seg => seg.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase()))
     .join('.');
 }
-
-export const teamName = (teamId: string) => `teams/${teamId}`;
 
 /** The last segment of a resource name: "teams/team-a/virtualClusters/ml" -> "ml". */
 export function idOf(name: string | undefined): string {

@@ -14,7 +14,8 @@ export function QuotaBar(props: {
   usedLabel?: string;
 }) {
   const { label, used, total, format, usedLabel = 'allocated' } = props;
-  const pct = total > 0 ? (used / total) * 100 : used > 0 ? 100 : 0;
+  let pct = used > 0 ? 100 : 0;
+  if (total > 0) pct = (used / total) * 100;
   return (
     <Box minWidth={160} mb={0.5} data-testid={`quota-bar-${label.toLowerCase()}`}>
       <Typography variant="caption" display="block">

@@ -72,6 +72,26 @@ function toAsk(team: string, v: FormValues): VirtualClusterAsk {
   };
 }
 
+function FitStatus(props: {
+  touched: boolean;
+  checking: boolean;
+  fit: { value?: FitResult; error?: unknown };
+}) {
+  const { touched, checking, fit } = props;
+  if (!touched) {
+    return (
+      <Typography variant="body2" color="textSecondary">
+        The fit check runs as you type.
+      </Typography>
+    );
+  }
+  if (checking) return <Typography variant="body2">Checking whether it fits…</Typography>;
+  if (fit.error !== undefined) {
+    return <GpuplaneErrorPanel error={fit.error} title="The fit check refused this ask" hideFields={isMapped} />;
+  }
+  return fit.value ? <FitPanel fit={fit.value} /> : null;
+}
+
 /**
  * Ask for a virtual cluster. While the user types, the ask is checked
  * against the quota hierarchy (POST /v1/requests:checkFit, debounced), and
@@ -204,17 +224,7 @@ export function RequestForm(props: {
       </Grid>
 
       <Box my={2} data-testid="fit-check" aria-live="polite">
-        {touched.size === 0 ? (
-          <Typography variant="body2" color="textSecondary">
-            The fit check runs as you type.
-          </Typography>
-        ) : fitting || fit.loading ? (
-          <Typography variant="body2">Checking whether it fits…</Typography>
-        ) : fit.error !== undefined ? (
-          <GpuplaneErrorPanel error={fit.error} title="The fit check refused this ask" hideFields={isMapped} />
-        ) : fit.value ? (
-          <FitPanel fit={fit.value} />
-        ) : null}
+        <FitStatus touched={touched.size > 0} checking={fitting || fit.loading} fit={fit} />
       </Box>
 
       {submitError !== undefined && (

@@ -49,13 +49,16 @@ export function PhaseChip(props: { phase?: Phase }) {
   );
 }
 
+const conditionMarks: Record<string, string> = { TRUE: '✓', FALSE: '✗' };
+const conditionColors: Record<string, string> = { TRUE: '#2e7d32', FALSE: '#c62828' };
+
 function Conditions(props: { vc: VirtualCluster }) {
   const conditions = props.vc.status?.conditions ?? [];
   if (conditions.length === 0) return <Typography variant="caption">none yet</Typography>;
   return (
     <Box display="flex" flexWrap="wrap" style={{ gap: 4 }}>
       {conditions.map(c => {
-        const mark = c.status === 'TRUE' ? '✓' : c.status === 'FALSE' ? '✗' : '…';
+        const mark = conditionMarks[c.status ?? ''] ?? '…';
         return (
           <Tooltip key={c.type} title={[c.reason, c.message].filter(Boolean).join(': ') || c.type || ''}>
             <Chip
@@ -63,7 +66,7 @@ function Conditions(props: { vc: VirtualCluster }) {
               variant="outlined"
               label={`${c.type} ${mark}`}
               data-testid={`condition-${c.type}`}
-              style={{ borderColor: c.status === 'TRUE' ? '#2e7d32' : c.status === 'FALSE' ? '#c62828' : undefined }}
+              style={{ borderColor: conditionColors[c.status ?? ''] }}
             />
           </Tooltip>
         );
