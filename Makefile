@@ -71,10 +71,10 @@ check-generated-ts: generate-ts
 		echo "clients/typescript/src/generated is stale; run 'make generate-ts' and commit:"; \
 		git status --porcelain -- clients/typescript/src/generated; exit 1; fi
 
-## lint-portal: type-check and lint the TypeScript client and the plugin
+## lint-portal: type-check, lint and build (as published) the TypeScript client and the plugin
 lint-portal: node_modules/.package-lock.json
-	npx tsc --noEmit -p .
 	npm run --silent lint
+	npm run --silent build
 
 lint:
 	go vet ./...

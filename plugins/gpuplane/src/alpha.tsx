@@ -1,19 +1,12 @@
-import {
-  ApiBlueprint,
-  PageBlueprint,
-  configApiRef,
-  createFrontendPlugin,
-  discoveryApiRef,
-  oauthRequestApiRef,
-} from '@backstage/frontend-plugin-api';
+import { ApiBlueprint, PageBlueprint, createFrontendPlugin } from '@backstage/frontend-plugin-api';
 import { Content } from '@backstage/core-components';
 import { EntityContentBlueprint } from '@backstage/plugin-catalog-react/alpha';
-import { gpuplaneApiRef, gpuplaneAuthApiRef } from './api/GpuplaneApi';
-import { GpuplaneClient } from './api/GpuplaneClient';
-import { gpuplaneStatusApiRef, PollingStatusSource } from './api/StatusSource';
-import { createDefaultGpuplaneAuth } from './api/defaultAuth';
+import {
+  gpuplaneAuthApiFactory,
+  gpuplaneClientApiFactory,
+  gpuplaneStatusApiFactory,
+} from './api/factories';
 import { isGpuplaneTeamAvailable } from './annotations';
-import { pollIntervalMs } from './plugin';
 import { rootFrontendRouteRef } from './routes';
 
 /**
@@ -22,32 +15,17 @@ import { rootFrontendRouteRef } from './routes';
  */
 export const gpuplaneAuthApi = ApiBlueprint.make({
   name: 'auth',
-  params: defineParams =>
-    defineParams({
-      api: gpuplaneAuthApiRef,
-      deps: { configApi: configApiRef, discoveryApi: discoveryApiRef, oauthRequestApi: oauthRequestApiRef },
-      factory: createDefaultGpuplaneAuth,
-    }),
+  params: defineParams => defineParams(gpuplaneAuthApiFactory),
 });
 
 const gpuplaneClientApi = ApiBlueprint.make({
   name: 'client',
-  params: defineParams =>
-    defineParams({
-      api: gpuplaneApiRef,
-      deps: { configApi: configApiRef, auth: gpuplaneAuthApiRef },
-      factory: ({ configApi, auth }) => GpuplaneClient.fromConfig(configApi, auth),
-    }),
+  params: defineParams => defineParams(gpuplaneClientApiFactory),
 });
 
 const gpuplaneStatusApi = ApiBlueprint.make({
   name: 'status',
-  params: defineParams =>
-    defineParams({
-      api: gpuplaneStatusApiRef,
-      deps: { configApi: configApiRef, api: gpuplaneApiRef },
-      factory: ({ configApi, api }) => new PollingStatusSource(api, pollIntervalMs(configApi)),
-    }),
+  params: defineParams => defineParams(gpuplaneStatusApiFactory),
 });
 
 const gpuplanePage = PageBlueprint.make({
