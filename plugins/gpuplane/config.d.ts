@@ -21,6 +21,13 @@ export interface Config {
        * @visibility frontend
        */
       provider?: string;
+      /**
+       * Scopes asked of that provider (default openid, profile, email,
+       * offline_access). Add the one your identity provider needs to put
+       * groups into the ID token, if any (e.g. "groups").
+       * @visibility frontend
+       */
+      scopes?: string[];
     };
     /**
      * Only for the plugin's own dev app (plugins/gpuplane/dev): sign in in

@@ -6,6 +6,10 @@ import type {
   OpenIdConnectApi,
 } from '@backstage/core-plugin-api';
 
+// What gpuplane reads from the ID token: the username claim (email by
+// default) and, where the identity provider needs a scope for it, groups.
+const defaultScopes = ['openid', 'profile', 'email', 'offline_access'];
+
 /**
  * The default gpuplaneAuthApiRef: an OAuth2 client of the Backstage auth
  * backend's OIDC provider (`auth.providers.oidc` in app-config, or the
@@ -26,6 +30,6 @@ export function createDefaultGpuplaneAuth(deps: {
     oauthRequestApi,
     provider: { id: provider, title: 'gpuplane (OIDC)', icon: () => null },
     environment: configApi.getOptionalString('auth.environment'),
-    defaultScopes: ['openid', 'profile', 'email', 'groups', 'offline_access'],
+    defaultScopes: configApi.getOptionalStringArray('gpuplane.auth.scopes') ?? defaultScopes,
   });
 }
