@@ -1,5 +1,4 @@
 import Box from '@material-ui/core/Box';
-import Chip from '@material-ui/core/Chip';
 import Table from '@material-ui/core/Table';
 import TableBody from '@material-ui/core/TableBody';
 import TableCell from '@material-ui/core/TableCell';
@@ -12,8 +11,9 @@ import { idOf, teamName, type GpuplaneRequest, type RequestState } from '../api/
 import { GpuplaneErrorPanel } from './GpuplaneErrorPanel';
 import { useWatch } from './hooks';
 import { describeRequest, formatTime } from './requestText';
+import { StatusChip } from './StatusChip';
 
-const stateColors: Partial<Record<RequestState, string>> = {
+const stateColors: Record<string, string> = {
   PENDING: '#6d6d6d',
   APPROVED: '#1565c0',
   APPLIED: '#2e7d32',
@@ -23,15 +23,7 @@ const stateColors: Partial<Record<RequestState, string>> = {
 };
 
 export function RequestStateChip(props: { state?: RequestState }) {
-  const state = props.state ?? 'STATE_UNSPECIFIED';
-  return (
-    <Chip
-      size="small"
-      label={state}
-      data-testid="request-state"
-      style={{ background: stateColors[state] ?? '#9e9e9e', color: 'white', fontWeight: 600 }}
-    />
-  );
+  return <StatusChip value={props.state ?? 'STATE_UNSPECIFIED'} colors={stateColors} testId="request-state" />;
 }
 
 /** A team's requests, newest first, live. */

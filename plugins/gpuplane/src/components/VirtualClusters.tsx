@@ -16,6 +16,7 @@ import { finishedPhases, idOf, type Phase, type Team, type VirtualCluster } from
 import { GpuplaneErrorPanel } from './GpuplaneErrorPanel';
 import { KubeconfigDialog } from './KubeconfigDialog';
 import { QuotaBar } from './QuotaBar';
+import { StatusChip } from './StatusChip';
 import { useWatch } from './hooks';
 import {
   addAmounts,
@@ -27,7 +28,7 @@ import {
   zeroAmounts,
 } from './quantities';
 
-const phaseColors: Partial<Record<Phase, string>> = {
+const phaseColors: Record<string, string> = {
   READY: '#2e7d32',
   PROVISIONING: '#1565c0',
   PENDING_APPROVAL: '#6d6d6d',
@@ -38,15 +39,7 @@ const phaseColors: Partial<Record<Phase, string>> = {
 };
 
 export function PhaseChip(props: { phase?: Phase }) {
-  const phase = props.phase ?? 'PHASE_UNSPECIFIED';
-  return (
-    <Chip
-      size="small"
-      label={phase}
-      data-testid="phase"
-      style={{ background: phaseColors[phase] ?? '#9e9e9e', color: 'white', fontWeight: 600 }}
-    />
-  );
+  return <StatusChip value={props.phase ?? 'PHASE_UNSPECIFIED'} colors={phaseColors} testId="phase" />;
 }
 
 const conditionMarks: Record<string, string> = { TRUE: '✓', FALSE: '✗' };
