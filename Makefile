@@ -7,20 +7,36 @@ TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc
 LINTER := $(BIN)/golangci-lint
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
-.PHONY: run test test-unit build generate check-generated lint check-tidy check-deps buf-breaking tools envtest bench fuzz clean
+.PHONY: run test test-go test-portal test-unit build generate generate-ts check-generated check-generated-ts lint lint-portal check-tidy check-deps buf-breaking tools envtest bench fuzz clean
+
+# The dev-mode command. `make run` and the browser test (hack/test-portal.sh)
+# both start it from here, so moving it is a one-line change.
+DEV_MAIN := ./cmd/gpuplane-dev
+DEV_ARGS :=
 
 ## run: everything locally on embedded defaults (throwaway PostgreSQL, dev OIDC issuer, local host cluster)
 run: envtest
-	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go run ./cmd/gpuplane-dev
+	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go run $(DEV_MAIN) $(DEV_ARGS)
 
-## test: all tests against real PostgreSQL, a real kube-apiserver and a real OIDC issuer
-test: envtest
+## test: all tests against real PostgreSQL, a real kube-apiserver and a real OIDC issuer,
+## then the TypeScript client's and Backstage plugin's tests, in a real browser too
+test: test-go test-portal
+
+test-go: envtest
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test $(GO_TEST_FLAGS) ./...
 
 ## test-unit: the fast part, with no kube-apiserver (PostgreSQL and the OIDC issuer are still real);
 ## tests that need envtest skip under -short and run in `make test`
 test-unit:
 	go test -short $(GO_TEST_FLAGS) ./...
+
+## test-portal: Jest unit tests, then Playwright in Debian's chromium against dev mode on free ports
+test-portal: envtest node_modules/.package-lock.json
+	DEV_MAIN="$(DEV_MAIN)" DEV_ARGS="$(DEV_ARGS)" hack/test-portal.sh
+
+# npm dependencies of clients/typescript and plugins/gpuplane, exactly as locked.
+node_modules/.package-lock.json: package-lock.json package.json clients/typescript/package.json plugins/gpuplane/package.json
+	npm ci --no-audit --no-fund
 
 ## bench: the benchmarks behind the numbers in the closing notes
 bench: envtest
@@ -55,11 +71,27 @@ generate: tools
 	rm -rf api/gpuplane api/openapi
 	$(BIN)/buf generate
 	go run ./hack/openapimerge api/openapi/gpuplane/v1 api/openapi.yaml
+	$(MAKE) generate-ts
+
+## generate-ts: the TypeScript client's types from api/openapi.yaml (openapi-typescript)
+generate-ts: node_modules/.package-lock.json
+	npm run --silent generate
 
 ## check-generated: fail when committed generated code differs from proto/
 check-generated: generate
 	@if [ -n "$$(git status --porcelain -- api)" ]; then \
 		echo "generated code in api/ is stale; run 'make generate' and commit:"; git status --porcelain -- api; exit 1; fi
+
+## check-generated-ts: fail when the TypeScript client's types differ from api/openapi.yaml
+check-generated-ts: generate-ts
+	@if [ -n "$$(git status --porcelain -- clients/typescript/src/generated)" ]; then \
+		echo "clients/typescript/src/generated is stale; run 'make generate-ts' and commit:"; \
+		git status --porcelain -- clients/typescript/src/generated; exit 1; fi
+
+## lint-portal: type-check, lint and build (as published) the TypeScript client and the plugin
+lint-portal: node_modules/.package-lock.json
+	npm run --silent lint
+	npm run --silent build
 
 ## buf-breaking: fail when proto/ breaks compatibility with the previous commit (the previous main on CI)
 buf-breaking: tools
@@ -82,4 +114,4 @@ check-deps:
 	@echo "cmd/gpuplane links $$(go list -deps ./cmd/gpuplane | wc -l) packages"
 
 clean:
-	rm -rf $(BIN) third_party
+	rm -rf $(BIN) third_party node_modules dist-types

@@ -87,6 +87,10 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 	if cfg.DatabaseURL == "" {
 		return nil, errors.New("database URL is required (--database-url or DATABASE_URL)")
 	}
+	cors, err := server.NewCORSConfig(cfg.CORSAllowedOrigins, cfg.CORSAllowCredentials, cfg.CORSMaxAge)
+	if err != nil {
+		return nil, fmt.Errorf("invalid configuration: %w", err)
+	}
 	tp, closeTracing, err := tracerProvider(ctx, opts, "serve", a.log)
 	if err != nil {
 		return nil, err
@@ -186,7 +190,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		Kubeconfigs: kubeconfigs, APIEndpoint: apiEndpoint, Log: a.log})
 	a.server, err = server.New(ctx, server.Config{
 		GRPCAddr: cfg.GRPCAddr, GRPCListener: grpcLis, HTTPAddr: cfg.HTTPAddr, Logger: a.log, Auth: verifier, Registry: reg,
-		TracerProvider: tp, Ready: a.ready,
+		TracerProvider: tp, CORS: cors, Ready: a.ready,
 		Services: server.Services{
 			Departments:    &api.Departments{API: a.API},
 			Teams:          &api.Teams{API: a.API},

@@ -25,6 +25,12 @@ type Config struct {
 	PublicAPIAddress string `flag:"public-api-address" help:"gRPC address users reach (host:port), written into virtual-cluster kubeconfigs; default: the listen address on localhost"`
 	HTTPAddr         string `flag:"http-addr" help:"HTTP (REST gateway, health, metrics, OpenAPI) listen address"`
 
+	// Browser portals (the Backstage plugin) call the REST API from their own
+	// origin; internal/server/cors.go.
+	CORSAllowedOrigins   string        `flag:"cors-allowed-origins" help:"comma-separated browser origins that may call the REST API (e.g. https://backstage.example.com), or * for any; empty: none"`
+	CORSAllowCredentials bool          `flag:"cors-allow-credentials" help:"answer allowed origins with Access-Control-Allow-Credentials (cookie-based proxies; not needed for bearer tokens; refused with *)"`
+	CORSMaxAge           time.Duration `flag:"cors-max-age" help:"how long browsers may cache a CORS preflight answer"`
+
 	DatabaseURL      string `flag:"database-url" env:"DATABASE_URL" secret:"true" help:"PostgreSQL URL (postgres://user:pass@host/db)"`
 	DatabaseMaxConns int    `flag:"database-max-conns" help:"PostgreSQL pool size"`
 
@@ -69,6 +75,7 @@ func Defaults() Config {
 	return Config{
 		GRPCAddr:                 ":9090",
 		HTTPAddr:                 ":8080",
+		CORSMaxAge:               10 * time.Minute,
 		DatabaseMaxConns:         20,
 		OIDCClientID:             "gpuplane",
 		OIDCUsernameClaim:        "email",

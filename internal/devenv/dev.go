@@ -26,6 +26,11 @@ import (
 // token` finds it without configuration.
 const DefaultIssuerAddr = "127.0.0.1:5556"
 
+// DevPortalOrigins are the origins of the Backstage plugin's dev app
+// (`npm start` in plugins/gpuplane serves on port 3000); dev mode lets them
+// call the REST API unless --cors-allowed-origins says otherwise.
+const DevPortalOrigins = "http://localhost:3000,http://127.0.0.1:3000"
+
 // Options configure dev mode.
 type Options struct {
 	Config     app.Config // server configuration (addresses etc.)
@@ -97,6 +102,10 @@ func Run(ctx context.Context, o Options) error {
 		go SimulateControlPlanes(ctx, env.RESTConfig(), 2*time.Second, func(f string, a ...any) { logger.Warn(fmt.Sprintf(f, a...)) })
 	}
 	cfg.RunWorker = true
+	if cfg.CORSAllowedOrigins == "" {
+		cfg.CORSAllowedOrigins = DevPortalOrigins
+	}
+	say("browser pages on %s may call the REST API (CORS)", cfg.CORSAllowedOrigins)
 	if cfg.VClusterChartDir == "" {
 		say("locating the vCluster chart in the Go module cache (%s)...", vclusterchart.Module)
 		dir, err := vclusterchart.Dir(ctx)

@@ -48,6 +48,9 @@ type Config struct {
 	// TracerProvider traces HTTP requests, RPCs and the gateway's calls
 	// (telemetry.go); nil traces nothing.
 	TracerProvider trace.TracerProvider
+	// CORS lets browser pages on other origins call the REST API (cors.go);
+	// the zero value sends no CORS headers.
+	CORS CORSConfig
 }
 
 // Services are the domain implementations behind the API.
@@ -191,7 +194,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		_, _ = w.Write(openapiJSON)
 	})
 	s.http = &http.Server{
-		Handler:           httpTracing(cfg.TracerProvider, newHTTPMetrics(cfg.Registry).wrap(mux)),
+		Handler:           httpTracing(cfg.TracerProvider, newHTTPMetrics(cfg.Registry).wrap(withCORS(cfg.CORS, mux))),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,

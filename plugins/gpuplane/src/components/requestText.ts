@@ -1,0 +1,24 @@
+import type { GpuplaneRequest } from '../api/types';
+import { formatQuota } from './quantities';
+
+/** One line saying what a request asks for. */
+export function describeRequest(r: GpuplaneRequest): string {
+  if (r.createVirtualCluster) {
+    const c = r.createVirtualCluster;
+    return `new virtual cluster ${c.virtualClusterId ?? ''}: ${formatQuota(c.spec?.quota)}`;
+  }
+  if (r.changeVirtualClusterQuota) {
+    const c = r.changeVirtualClusterQuota;
+    return `resize ${c.virtualCluster ?? ''} to ${formatQuota(c.quota)}`;
+  }
+  if (r.changeTeamQuota) {
+    return `team quota ${formatQuota(r.changeTeamQuota.quota)}`;
+  }
+  if (r.deleteVirtualCluster) {
+    return `delete ${r.deleteVirtualCluster.virtualCluster ?? ''}`;
+  }
+  return r.kind ?? 'request';
+}
+
+/** "alice@example.com" for "user-alice"-style subjects is not knowable; show what we have. */
+export const formatTime = (t?: string) => (t ? new Date(t).toLocaleString() : '');
