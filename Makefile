@@ -15,8 +15,11 @@ DEV_MAIN := ./cmd/gpuplane-dev
 DEV_ARGS :=
 
 ## run: everything locally on embedded defaults (throwaway PostgreSQL, dev OIDC issuer, local host cluster)
+# Built, then exec'd (not `go run`): a hard kill of make's child then hits
+# the dev process itself, whose children die with it (internal/devenv/lifeline).
 run: envtest
-	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go run $(DEV_MAIN) $(DEV_ARGS)
+	go build -o $(BIN)/gpuplane-dev $(DEV_MAIN)
+	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" exec $(BIN)/gpuplane-dev $(DEV_ARGS)
 
 ## test: all tests against real PostgreSQL, a real kube-apiserver and a real OIDC issuer,
 ## then the TypeScript client's and Backstage plugin's tests, in a real browser too
