@@ -2,6 +2,7 @@ package hostcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 )
 
 // FieldManager owns every field gpuplane writes with server-side apply.
@@ -76,6 +78,9 @@ func New(config *rest.Config, opts Options) (*Client, error) {
 	dc, mapper, err := newDiscovery(config)
 	if err != nil {
 		return nil, fmt.Errorf("hostcluster: %w", err)
+	}
+	if err := opts.Settings.ValidateProfiles(); err != nil {
+		return nil, err
 	}
 	log := opts.Logger
 	if log == nil {
@@ -156,7 +161,7 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 	apply := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
 
 	if err := run(StepNamespace, func(ctx context.Context) (string, error) {
-		ns, err := c.kube.CoreV1().Namespaces().Apply(ctx, RenderNamespace(vc), apply)
+		ns, err := c.kube.CoreV1().Namespaces().Apply(ctx, RenderNamespace(vc, c.settings), apply)
 		if err != nil {
 			return "", err
 		}
@@ -186,7 +191,7 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		if err != nil {
 			return "", err
 		}
-		g := RenderGuardrails(vc, mutating)
+		g := RenderGuardrails(vc, c.settings, mutating)
 		adm := c.kube.AdmissionregistrationV1()
 		if _, err := adm.ValidatingAdmissionPolicies().Apply(ctx, g.Validating, apply); err != nil {
 			return "", fmt.Errorf("validating policy: %w", err)
@@ -253,11 +258,23 @@ func (c *Client) verifyGuardrails(ctx context.Context, vc VirtualCluster, mutati
 			strings.Contains(err.Error(), "'"+policy+"'") && strings.Contains(err.Error(), fragment)
 	}
 	probe := func(mutate func(*corev1.Pod)) (*corev1.Pod, error) {
+		// Compliant with Pod Security "restricted", so that whatever the
+		// tier's level, only gpuplane's policy can refuse it.
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "gpuplane-guardrail-probe", Labels: map[string]string{}, Annotations: map[string]string{}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{
-				Name: "probe", Image: "registry.k8s.io/pause:3.10",
-			}}},
+			Spec: corev1.PodSpec{
+				SecurityContext: &corev1.PodSecurityContext{
+					RunAsNonRoot:   ptr.To(true),
+					SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				},
+				Containers: []corev1.Container{{
+					Name: "probe", Image: "registry.k8s.io/pause:3.10",
+					SecurityContext: &corev1.SecurityContext{
+						AllowPrivilegeEscalation: ptr.To(false),
+						Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					},
+				}},
+			},
 		}
 		mutate(p)
 		return c.kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -271,8 +288,12 @@ func (c *Client) verifyGuardrails(ctx context.Context, vc VirtualCluster, mutati
 	checks := []check{{"GPU pods must use " + KAISchedulerName, func() (bool, error) {
 		_, err := probe(func(p *corev1.Pod) { p.Spec.Containers[0].Resources.Limits = gpu })
 		return deniedByUs(err, "schedulerName"), nil
+	}}, {"no preset node names", func() (bool, error) {
+		// A node name no profile lists: DNS subdomains have no "_".
+		_, err := probe(func(p *corev1.Pod) { p.Spec.NodeName = "gpuplane-guardrail-probe" })
+		return deniedByUs(err, "spec.nodeName"), nil
 	}}}
-	if !(vc.Tier == TierShared && vc.AllowFractionalGPUs) {
+	if !(c.settings.Profile(vc.Tier).FractionalGPUs && vc.AllowFractionalGPUs) {
 		checks = append(checks, check{"shared GPUs refused", func() (bool, error) {
 			_, err := probe(func(p *corev1.Pod) {
 				p.Spec.SchedulerName = KAISchedulerName
@@ -596,10 +617,16 @@ func nestedNumber(obj map[string]any, path ...string) (float64, bool) {
 	return 0, false
 }
 
-// parseAllocated reads a queue's status.allocated. KAI fills it from
-// PodGroup statuses as an ordinary Kubernetes resource list, so cpu and
-// memory are plain quantities ("2", "500m", "64Gi") and the GPU entry is the
-// one whose name ends in "gpu" (e.g. "nvidia.com/gpu": "1500m" = 1.5 GPUs).
+// parseAllocated reads a queue's status.allocated.
+//
+// UNIT CONVERSION, KAI allocated -> platform: the single place that reads
+// KAI's allocation. KAI's queue controller fills status.allocated with the
+// summed requests of the queue's running pods as an ordinary Kubernetes
+// resource list (pkg/queuecontroller: cpu in cores, memory in bytes, GPUs
+// in devices under a name ending in "/gpu", e.g. "nvidia.com/gpu": "1500m"),
+// not in the queue units of spec.resources that quota.AllocatedFromKAI
+// takes. Every amount is rounded UP to the platform's unit (millicores,
+// bytes, hundredths of a GPU), so usage is never understated.
 func parseAllocated(q *unstructured.Unstructured) *Quantities {
 	raw, found, err := unstructured.NestedMap(q.Object, "status", "allocated")
 	if !found || err != nil {
@@ -628,22 +655,41 @@ func parseAllocated(q *unstructured.Unstructured) *Quantities {
 		case name == string(corev1.ResourceMemory):
 			out.MemoryBytes = qty.Value()
 		case name == "gpu" || strings.HasSuffix(name, "/gpu"):
-			out.GPUCenti = qty.MilliValue() / 10
+			out.GPUCenti = (qty.MilliValue() + 9) / 10 // MilliValue rounds up too
 		}
 	}
 	return &out
 }
 
+// DeletePendingError reports a Delete that removed everything it could but
+// must wait for KAI before removing parent queues. It is not a failure:
+// call Delete again later.
+type DeletePendingError struct {
+	// Waiting says what is awaited, one entry per queue.
+	Waiting []string
+}
+
+func (e *DeletePendingError) Error() string {
+	return "hostcluster: delete waits for KAI: " + strings.Join(e.Waiting, "; ")
+}
+
 // Delete removes everything Apply created for vc: the release, the
-// guardrails, the network policy, the leaf queue, the team and department
-// queues once no other queue names them as parent, and the namespace. It is
+// guardrails, the network policy, the leaf queue, the namespace, and the
+// team and department queues once nothing else needs them. It is
 // idempotent: objects already gone count as deleted. It does not wait for
 // the namespace to finish terminating.
 //
+// Parent queues go last and only when
+//   - no other live queue names them as parent (other virtual clusters of
+//     the team, other teams of the department keep them), and
+//   - KAI's status no longer lists any child in status.childQueues: KAI's
+//     webhook refuses to delete a queue while it does, and its queue
+//     controller updates that list only after the child is gone.
+//
+// Until then Delete returns a *DeletePendingError and the caller retries.
 // Parents are only checked, not locked: a concurrent Apply of a sibling in
 // the same team could recreate a parent just deleted, which its next Apply
-// repairs (on a real cluster KAI's webhook also refuses to delete a queue
-// that still has children).
+// repairs.
 func (c *Client) Delete(ctx context.Context, vc VirtualCluster) error {
 	if err := vc.Validate(); err != nil {
 		return err
@@ -683,40 +729,73 @@ func (c *Client) Delete(ctx context.Context, vc VirtualCluster) error {
 			deletion{"mutating policy binding", func() error { return adm.MutatingAdmissionPolicyBindings().Delete(ctx, name, del) }},
 			deletion{"mutating policy", func() error { return adm.MutatingAdmissionPolicies().Delete(ctx, name, del) }})
 	}
-	deletes = append(deletes, deletion{"network policy", func() error {
-		return c.kube.NetworkingV1().NetworkPolicies(ns).Delete(ctx, NetworkPolicyName, del)
-	}})
+	deletes = append(deletes,
+		deletion{"network policy", func() error {
+			return c.kube.NetworkingV1().NetworkPolicies(ns).Delete(ctx, NetworkPolicyName, del)
+		}},
+		deletion{"leaf queue", func() error { return c.dyn.Resource(QueueGVR).Delete(ctx, LeafQueueName(vc.Name), del) }},
+		deletion{"namespace", func() error { return c.kube.CoreV1().Namespaces().Delete(ctx, ns, del) }},
+	)
 	for _, d := range deletes {
 		if err := gone(d.f()); err != nil {
 			return fmt.Errorf("hostcluster: delete %s of %s: %w", d.what, vc.Name, err)
 		}
 	}
+	return c.deleteParentQueues(ctx, vc)
+}
 
+// deleteParentQueues deletes the team queue, then the department queue,
+// each only when nothing needs it any more (see Delete).
+func (c *Client) deleteParentQueues(ctx context.Context, vc VirtualCluster) error {
 	queues := c.dyn.Resource(QueueGVR)
-	if err := gone(queues.Delete(ctx, LeafQueueName(vc.Name), del)); err != nil {
-		return fmt.Errorf("hostcluster: delete leaf queue of %s: %w", vc.Name, err)
-	}
 	for _, parent := range []string{TeamQueueName(vc.Department, vc.Team), DepartmentQueueName(vc.Department)} {
 		list, err := queues.List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return fmt.Errorf("hostcluster: list queues: %w", err)
 		}
-		inUse := slices.ContainsFunc(list.Items, func(q unstructured.Unstructured) bool {
-			p, _, _ := unstructured.NestedString(q.Object, "spec", "parentQueue")
-			return p == parent && q.GetDeletionTimestamp() == nil
-		})
-		if inUse {
-			break // a parent still in use keeps its own parent in use too
+		var q *unstructured.Unstructured
+		inUse := false
+		for i := range list.Items {
+			item := &list.Items[i]
+			if item.GetName() == parent {
+				q = item
+			}
+			p, _, _ := unstructured.NestedString(item.Object, "spec", "parentQueue")
+			inUse = inUse || (p == parent && item.GetDeletionTimestamp() == nil)
 		}
-		if err := gone(queues.Delete(ctx, parent, del)); err != nil {
+		if inUse {
+			return nil // a parent still in use keeps its own parent in use too
+		}
+		if q == nil {
+			continue // already gone
+		}
+		if children, _, _ := unstructured.NestedStringSlice(q.Object, "status", "childQueues"); len(children) > 0 {
+			return &DeletePendingError{Waiting: []string{fmt.Sprintf("queue %s: KAI still lists child queue(s) %s in status.childQueues",
+				parent, strings.Join(children, ", "))}}
+		}
+		err = queues.Delete(ctx, parent, metav1.DeleteOptions{})
+		switch {
+		case err == nil || apierrors.IsNotFound(err):
+		case refusedByAdmissionWebhook(err):
+			// KAI's status lagged behind its webhook's view; ask again later.
+			return &DeletePendingError{Waiting: []string{fmt.Sprintf("queue %s: %v", parent, err)}}
+		default:
 			return fmt.Errorf("hostcluster: delete queue %s: %w", parent, err)
 		}
 	}
-
-	if err := gone(c.kube.CoreV1().Namespaces().Delete(ctx, ns, del)); err != nil {
-		return fmt.Errorf("hostcluster: delete namespace %s: %w", ns, err)
-	}
 	return nil
+}
+
+// refusedByAdmissionWebhook reports an API error that an admission webhook
+// (not RBAC, which would need a human) produced. The API server returns
+// webhook denials as status errors whose message names the webhook; there
+// is no structured field for it.
+func refusedByAdmissionWebhook(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	return strings.Contains(status.Status().Message, "admission webhook")
 }
 
 // Capacity sums the allocatable GPUs (nvidia.com/gpu), CPU and memory of
