@@ -776,7 +776,7 @@ func (c *Client) deleteParentQueues(ctx context.Context, vc VirtualCluster) erro
 		err = queues.Delete(ctx, parent, metav1.DeleteOptions{})
 		switch {
 		case err == nil || apierrors.IsNotFound(err):
-		case refusedByAdmissionWebhook(err):
+		case refusedByAdmission(err):
 			// KAI's status lagged behind its webhook's view; ask again later.
 			return &DeletePendingError{Waiting: []string{fmt.Sprintf("queue %s: %v", parent, err)}}
 		default:
@@ -786,16 +786,17 @@ func (c *Client) deleteParentQueues(ctx context.Context, vc VirtualCluster) erro
 	return nil
 }
 
-// refusedByAdmissionWebhook reports an API error that an admission webhook
-// (not RBAC, which would need a human) produced. The API server returns
-// webhook denials as status errors whose message names the webhook; there
-// is no structured field for it.
-func refusedByAdmissionWebhook(err error) bool {
+// refusedByAdmission reports an API error that admission (KAI's webhook,
+// or an admission policy) produced, as opposed to RBAC, which would need a
+// human. The API server reports both as 403 Forbidden; only the message
+// names the webhook or policy, so that is what is matched.
+func refusedByAdmission(err error) bool {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		return false
 	}
-	return strings.Contains(status.Status().Message, "admission webhook")
+	msg := status.Status().Message
+	return strings.Contains(msg, "admission webhook") || strings.Contains(msg, "ValidatingAdmissionPolicy")
 }
 
 // Capacity sums the allocatable GPUs (nvidia.com/gpu), CPU and memory of

@@ -1,11 +1,14 @@
 package hostcluster
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 )
 
 func TestApplyCreatesEverything(t *testing.T) {
@@ -35,7 +39,8 @@ func TestApplyCreatesEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if nsObj.Labels[LabelTier] != TierShared || nsObj.Labels[LabelVirtualCluster] != name {
+	if nsObj.Labels[LabelTier] != TierShared || nsObj.Labels[LabelVirtualCluster] != name ||
+		nsObj.Labels[KAIQueueLabel] != LeafQueueName(name) || nsObj.Labels[PodSecurityEnforceLabel] != PodSecurityBaseline {
 		t.Errorf("namespace labels %v", nsObj.Labels)
 	}
 
@@ -591,4 +596,73 @@ func TestGuardrailsWithoutMutatingAdmissionPolicy(t *testing.T) {
 	if err != nil || !o.GuardrailsPresent {
 		t.Errorf("guardrails present %v (%v)", o.GuardrailsPresent, err)
 	}
+}
+
+// KAI's webhook refuses deleting a queue whose status still lists children;
+// when its status lags behind, Delete reports pending instead of failing.
+// A ValidatingAdmissionPolicy stands in for the webhook here.
+func TestDeleteWaitsWhenAdmissionRefusesAParent(t *testing.T) {
+	h := newHarness(t)
+	dept := h.n("kai-webhook")
+	vc := testVC(h.n("kw"), "t1", dept, TierShared)
+	h.apply(vc)
+	team := TeamQueueName(dept, "t1")
+	name := "kai-standin-" + dept
+	adm := h.kube.AdmissionregistrationV1()
+	if _, err := adm.ValidatingAdmissionPolicies().Create(h.ctx, &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionv1.Fail),
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				ResourceNames: []string{team},
+				RuleWithOperations: admissionv1.RuleWithOperations{Operations: []admissionv1.OperationType{admissionv1.Delete},
+					Rule: admissionv1.Rule{APIGroups: []string{QueueGVR.Group}, APIVersions: []string{QueueGVR.Version}, Resources: []string{"queues"}}},
+			}}},
+			Validations: []admissionv1.Validation{{Expression: "false", Message: "queue still has child queues"}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.ValidatingAdmissionPolicyBindings().Create(h.ctx, &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name, ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ { // admission policies load asynchronously: probe with dry runs
+		err := h.dyn.Resource(QueueGVR).Delete(h.ctx, team, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			break
+		}
+		if i == 100 {
+			t.Fatal("stand-in policy never took effect")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	err := h.client.Delete(h.ctx, vc)
+	var pending *DeletePendingError
+	if !errors.As(err, &pending) || !strings.Contains(err.Error(), "queue still has child queues") {
+		t.Fatalf("delete: %v, want pending naming the refusal", err)
+	}
+	if _, err := h.queue(team); err != nil {
+		t.Errorf("team queue must remain while refused: %v", err)
+	}
+	if err := adm.ValidatingAdmissionPolicyBindings().Delete(h.ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		if err = h.client.Delete(h.ctx, vc); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("delete after the refusal ended: %v", err)
+	}
+	for _, q := range []string{team, DepartmentQueueName(dept)} {
+		if _, err := h.queue(q); !apierrors.IsNotFound(err) {
+			t.Errorf("queue %s: %v, want gone", q, err)
+		}
+	}
+	_ = adm.ValidatingAdmissionPolicies().Delete(h.ctx, name, metav1.DeleteOptions{})
 }
