@@ -108,6 +108,13 @@ func (s *Service) checkFit(ctx context.Context, tx pgx.Tx, team tenancy.TeamRow,
 			return o, err
 		}
 		o.shortfalls = quota.CheckFitChange([]quota.Node{node}, team.Quota, d.quota)
+		pool, ok, err := s.Tenancy.PoolNode(ctx, tx, team.Pool, team.ID)
+		if err != nil {
+			return o, err
+		}
+		if ok {
+			o.shortfalls = append(o.shortfalls, quota.CheckFitChange([]quota.Node{pool}, team.Quota, d.quota)...)
+		}
 		children, err := tenancy.ChildrenOfTeam(ctx, tx, team.ID)
 		if err != nil {
 			return o, err

@@ -3,6 +3,7 @@ package tenancy
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -61,6 +62,80 @@ func (s *Service) ClusterNode(ctx context.Context, tx pgx.Tx, excludeDept string
 	used, err := sumRow(ctx, tx, `SELECT COALESCE(SUM(gpu_centi),0), COALESCE(SUM(cpu_millis),0), COALESCE(SUM(memory_bytes),0)
 		FROM departments WHERE id <> $1`, excludeDept)
 	return quota.Node{Level: quota.LevelCluster, Name: "cluster", Capacity: capacity, Used: used}, err
+}
+
+// LevelPool is the node-pool level of the hierarchy: a team's quota is
+// carved from the nodes of its pool (the shared pool for SHARED teams, the
+// team's own for DEDICATED ones), next to its department's budget.
+const LevelPool quota.Level = "pool"
+
+// PoolCapacitySource is a CapacitySource that also knows the capacity of
+// each node pool. Without one (static capacity from configuration) the
+// pool level is not checked: nothing says which nodes belong to which pool.
+type PoolCapacitySource interface {
+	CapacitySource
+	PoolCapacity(ctx context.Context) (map[string]quota.Resources, error)
+}
+
+// StaticPoolCapacity is a fixed capacity per node pool.
+type StaticPoolCapacity map[string]quota.Resources
+
+func (s StaticPoolCapacity) Capacity(context.Context) (quota.Resources, error) {
+	var total quota.Resources
+	for _, r := range s {
+		total = total.Add(r)
+	}
+	return total, nil
+}
+
+func (s StaticPoolCapacity) PoolCapacity(context.Context) (map[string]quota.Resources, error) {
+	return s, nil
+}
+
+const poolLockPrefix = "gpuplane-pool:"
+
+// PoolNode is the pool level for a team's quota: capacity = the pool's
+// nodes x overcommit, used = the quotas of the pool's other teams. It locks
+// the pool for the rest of the transaction, so two teams of different
+// departments cannot both take its last free GPUs. ok is false when the
+// capacity source does not know pools.
+func (s *Service) PoolNode(ctx context.Context, tx pgx.Tx, pool, excludeTeam string) (node quota.Node, ok bool, err error) {
+	src, known := s.Capacity.(PoolCapacitySource)
+	if !known {
+		return quota.Node{}, false, nil
+	}
+	pools, err := src.PoolCapacity(ctx)
+	if err != nil {
+		return quota.Node{}, false, errs.Wrap(err, errs.KindUnavailable, "CAPACITY_UNAVAILABLE", "host capacity is unknown right now; try again")
+	}
+	capacity, err := quota.ClusterCapacity(pools[pool], s.Overcommit)
+	if err != nil {
+		return quota.Node{}, false, err
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, poolLockPrefix+pool); err != nil {
+		return quota.Node{}, false, err
+	}
+	used, err := sumRow(ctx, tx, `SELECT COALESCE(SUM(gpu_centi),0), COALESCE(SUM(cpu_millis),0), COALESCE(SUM(memory_bytes),0)
+		FROM teams WHERE node_pool = $1 AND id <> $2`, pool, excludeTeam)
+	return quota.Node{Level: LevelPool, Name: pool, Capacity: capacity, Used: used}, true, err
+}
+
+// FitError is quota.FitError, saying also how nodes join a pool that has
+// none of a requested resource.
+func FitError(field string, shortfalls []quota.Shortfall) error {
+	err := quota.FitError(field, shortfalls)
+	e, ok := errs.As(err)
+	if !ok {
+		return err
+	}
+	for _, sf := range shortfalls {
+		if sf.Level == LevelPool && sf.CapacityRaw == 0 {
+			e.Message += fmt.Sprintf("; node pool %q has no %s at all: nodes join it with the label gpuplane.io/pool=%s and the taint gpuplane.io/pool=%s:NoSchedule",
+				sf.Name, sf.Resource, sf.Name, sf.Name)
+			break
+		}
+	}
+	return e
 }
 
 // DepartmentNode: capacity = budget, used = team quotas except excludeTeam.

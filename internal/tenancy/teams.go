@@ -3,6 +3,7 @@ package tenancy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"time"
@@ -27,19 +28,22 @@ type Teams struct {
 	*Service
 }
 
-const teamColumns = `id, department_id, display_name, isolation_tier, gpu_centi, cpu_millis, memory_bytes, version, create_time, update_time`
+const teamColumns = `id, department_id, display_name, isolation_tier, node_pool, gpu_centi, cpu_millis, memory_bytes, version, create_time, update_time`
 
 // TeamRow is a stored team.
 type TeamRow struct {
 	ID, Department, DisplayName, Tier string
-	Quota                             quota.Resources
-	Version                           int64
-	Created, Updated                  time.Time
+	// Pool is the team's node pool: names.SharedPool for SHARED teams,
+	// the team's own for DEDICATED ones.
+	Pool             string
+	Quota            quota.Resources
+	Version          int64
+	Created, Updated time.Time
 }
 
 func scanTeam(row pgx.Row) (TeamRow, error) {
 	var t TeamRow
-	err := row.Scan(&t.ID, &t.Department, &t.DisplayName, &t.Tier, &t.Quota.GPU, &t.Quota.CPUMillis,
+	err := row.Scan(&t.ID, &t.Department, &t.DisplayName, &t.Tier, &t.Pool, &t.Quota.GPU, &t.Quota.CPUMillis,
 		&t.Quota.MemoryBytes, &t.Version, &t.Created, &t.Updated)
 	return t, err
 }
@@ -51,6 +55,7 @@ func (t TeamRow) Proto() *pb.Team {
 		DisplayName:   t.DisplayName,
 		IsolationTier: pb.IsolationTier(pb.IsolationTier_value[t.Tier]),
 		Quota:         QuotaToProto(t.Quota),
+		NodePool:      t.Pool,
 		Etag:          Etag(t.Version, t.Updated),
 		CreateTime:    ts(t.Created),
 		UpdateTime:    ts(t.Updated),
@@ -108,6 +113,38 @@ func parseTier(v *errs.Violations, field string, tier pb.IsolationTier, required
 	}
 	v.Add(field, "must be SHARED or DEDICATED")
 	return ""
+}
+
+// resolvePool is the node pool of a team of tier when the caller asks for
+// asked ("" = the tier's default), and whether that is a choice other than
+// the default, which only platform admins may make: a pool is physical
+// nodes.
+func resolvePool(v *errs.Violations, field, tier, team, asked string) (pool string, custom bool) {
+	switch tier {
+	case pb.IsolationTier_SHARED.String():
+		if asked != "" && asked != names.SharedPool {
+			v.Add(field, "SHARED teams run in the shared pool %q; only DEDICATED teams have a node pool of their own", names.SharedPool)
+		}
+		return names.SharedPool, false
+	case pb.IsolationTier_DEDICATED.String():
+		def := names.DedicatedPool(team)
+		if asked == "" || asked == def {
+			return def, false
+		}
+		if why := names.CheckPool(asked); why != "" {
+			v.Add(field, "%q: %s", asked, why)
+			return "", false
+		}
+		return asked, true
+	}
+	return "", false
+}
+
+// poolTaken is the error for a node pool another DEDICATED team already has.
+func poolTaken(field, pool string) error {
+	e := errs.FailedPrecondition(errs.ReasonTierViolation, "node pool %q is already dedicated to another team", pool).With("node_pool", pool)
+	e.Violations = []errs.FieldViolation{{Field: field, Description: fmt.Sprintf("node pool %q is already dedicated to another team; choose another one", pool)}}
+	return e
 }
 
 func (s *Teams) GetTeam(ctx context.Context, req *pb.GetTeamRequest) (*pb.Team, error) {
@@ -171,6 +208,7 @@ func (s *Teams) CreateTeam(ctx context.Context, req *pb.CreateTeamRequest) (*pb.
 	}
 	checkDisplayName(&v, "team.display_name", t.GetDisplayName())
 	tier := parseTier(&v, "team.isolation_tier", t.GetIsolationTier(), true)
+	pool, customPool := resolvePool(&v, "team.node_pool", tier, req.GetTeamId(), t.GetNodePool())
 	q := QuotaFromProto(&v, "team.quota", t.GetQuota())
 	if tier == "DEDICATED" && !q.GPU.IsWhole() {
 		v.Add("team.quota.gpu", "DEDICATED teams get whole GPUs only (got %s): KAI does not isolate GPU memory", q.GPU)
@@ -188,6 +226,9 @@ func (s *Teams) CreateTeam(ctx context.Context, req *pb.CreateTeamRequest) (*pb.
 	if !a.CanManageTeam(dept) {
 		return nil, errs.PermissionDenied("only platform admins and admins of %s create teams in it", t.GetDepartment())
 	}
+	if customPool && !a.PlatformAdmin {
+		return nil, errs.PermissionDenied("only platform admins choose a DEDICATED team's node pool; leave node_pool empty for the default %q", names.DedicatedPool(req.GetTeamId()))
+	}
 	var out *pb.Team
 	err = store.InTx(ctx, s.Pool, store.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
 		out, err = Idempotent(ctx, tx, a.Principal.Subject, "CreateTeam", req.GetRequestId(), req,
@@ -201,14 +242,23 @@ func (s *Teams) CreateTeam(ctx context.Context, req *pb.CreateTeamRequest) (*pb.
 				if err != nil {
 					return nil, err
 				}
-				if err := quota.FitError("team.quota", quota.CheckFit([]quota.Node{node}, q)); err != nil {
+				path := []quota.Node{node}
+				if pn, ok, err := s.PoolNode(ctx, tx, pool, req.GetTeamId()); err != nil {
+					return nil, err
+				} else if ok {
+					path = append(path, pn)
+				}
+				if err := FitError("team.quota", quota.CheckFit(path, q)); err != nil {
 					return nil, err
 				}
 				row, err := scanTeam(tx.QueryRow(ctx, `
-					INSERT INTO teams (id, department_id, display_name, isolation_tier, gpu_centi, cpu_millis, memory_bytes)
-					VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+teamColumns,
-					req.GetTeamId(), dept, t.GetDisplayName(), tier, q.GPU, q.CPUMillis, q.MemoryBytes))
+					INSERT INTO teams (id, department_id, display_name, isolation_tier, node_pool, gpu_centi, cpu_millis, memory_bytes)
+					VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING `+teamColumns,
+					req.GetTeamId(), dept, t.GetDisplayName(), tier, pool, q.GPU, q.CPUMillis, q.MemoryBytes))
 				if err != nil {
+					if store.ConstraintName(err) == "teams_dedicated_node_pool" {
+						return nil, poolTaken("team.node_pool", pool)
+					}
 					if errs.KindOf(store.Classify(err)) == errs.KindAlreadyExists {
 						return nil, errs.AlreadyExists(names.Team(req.GetTeamId()))
 					}
@@ -237,7 +287,7 @@ func (s *Teams) UpdateTeam(ctx context.Context, req *pb.UpdateTeamRequest) (*pb.
 	if !a.CanManageTeam(cur.Department) {
 		return nil, errs.PermissionDenied("only platform admins and department admins change teams; team owners ask through a CHANGE_TEAM_QUOTA request")
 	}
-	paths, err := maskPaths(req.GetUpdateMask().GetPaths(), "display_name", "isolation_tier", "quota")
+	paths, err := maskPaths(req.GetUpdateMask().GetPaths(), "display_name", "isolation_tier", "quota", "node_pool")
 	if err != nil {
 		return nil, err
 	}
@@ -278,6 +328,21 @@ func (s *Teams) UpdateTeam(ctx context.Context, req *pb.UpdateTeamRequest) (*pb.
 		if paths["quota"] {
 			next.Quota = maskedQuota(paths, "quota", cur.Quota, q)
 		}
+		if paths["node_pool"] || next.Tier != cur.Tier {
+			asked := ""
+			if paths["node_pool"] {
+				asked = t.GetNodePool()
+			}
+			var v errs.Violations
+			pool, custom := resolvePool(&v, "team.node_pool", next.Tier, cur.ID, asked)
+			if err := v.Err(); err != nil {
+				return err
+			}
+			if custom && pool != cur.Pool && !a.PlatformAdmin {
+				return errs.PermissionDenied("only platform admins choose a DEDICATED team's node pool; leave node_pool empty for the default %q", names.DedicatedPool(cur.ID))
+			}
+			next.Pool = pool
+		}
 		if next.Tier == "DEDICATED" {
 			if !next.Quota.GPU.IsWhole() {
 				return errs.InvalidField("team.quota.gpu", "DEDICATED teams get whole GPUs only (got %s)", next.Quota.GPU)
@@ -292,14 +357,28 @@ func (s *Teams) UpdateTeam(ctx context.Context, req *pb.UpdateTeamRequest) (*pb.
 					"%s has %d virtual cluster(s) using fractional GPUs; resize them before moving the team to DEDICATED", t.GetName(), fractional)
 			}
 		}
+		var shortfalls []quota.Shortfall
 		if paths["quota"] {
 			node, err := DepartmentNode(ctx, tx, cur.Department, budget, cur.ID)
 			if err != nil {
 				return err
 			}
-			if err := quota.FitError("team.quota", quota.CheckFitChange([]quota.Node{node}, cur.Quota, next.Quota)); err != nil {
+			shortfalls = quota.CheckFitChange([]quota.Node{node}, cur.Quota, next.Quota)
+		}
+		if paths["quota"] || next.Pool != cur.Pool {
+			// In a new pool the whole quota must fit, not just its growth.
+			if pn, ok, err := s.PoolNode(ctx, tx, next.Pool, cur.ID); err != nil {
 				return err
+			} else if ok && next.Pool != cur.Pool {
+				shortfalls = append(shortfalls, quota.CheckFit([]quota.Node{pn}, next.Quota)...)
+			} else if ok {
+				shortfalls = append(shortfalls, quota.CheckFitChange([]quota.Node{pn}, cur.Quota, next.Quota)...)
 			}
+		}
+		if err := FitError("team.quota", shortfalls); err != nil {
+			return err
+		}
+		if paths["quota"] {
 			children, err := ChildrenOfTeam(ctx, tx, cur.ID)
 			if err != nil {
 				return err
@@ -310,10 +389,13 @@ func (s *Teams) UpdateTeam(ctx context.Context, req *pb.UpdateTeamRequest) (*pb.
 		}
 		row, err := scanTeam(tx.QueryRow(ctx, `
 			UPDATE teams SET display_name = $2, isolation_tier = $3, gpu_centi = $4, cpu_millis = $5, memory_bytes = $6,
-			       version = version + 1, update_time = now()
+			       node_pool = $7, version = version + 1, update_time = now()
 			 WHERE id = $1 RETURNING `+teamColumns,
-			cur.ID, next.DisplayName, next.Tier, next.Quota.GPU, next.Quota.CPUMillis, next.Quota.MemoryBytes))
+			cur.ID, next.DisplayName, next.Tier, next.Quota.GPU, next.Quota.CPUMillis, next.Quota.MemoryBytes, next.Pool))
 		if err != nil {
+			if store.ConstraintName(err) == "teams_dedicated_node_pool" {
+				return poolTaken("team.node_pool", next.Pool)
+			}
 			return err
 		}
 		out = row.Proto()
