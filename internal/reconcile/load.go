@@ -51,7 +51,7 @@ func load(ctx context.Context, pool *pgxpool.Pool, id string) (desiredState, err
 		leaf.Limit = &l
 	}
 	h := hostcluster.VirtualCluster{
-		Name: vc.ID, Team: team.ID, Department: team.Department, Tier: team.Tier,
+		Name: vc.ID, Team: team.ID, Department: team.Department, Tier: team.Tier, Pool: team.Pool,
 		AllowFractionalGPUs: vc.AllowFractionalGPUs,
 		Leaf:                leaf,
 		TeamQueue:           hostcluster.QueueSpec{Quota: quantities(team.Quota), OverQuotaWeight: 1, Priority: 100},
