@@ -152,6 +152,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		}
 		capacity = tenancy.StaticCapacity(c)
 	}
+	if _, err := cfg.TierProfiles(); err != nil {
+		return nil, err
+	}
 	if _, err := quota.ClusterCapacity(quota.Resources{}, cfg.Overcommit); err != nil {
 		return nil, fmt.Errorf("invalid configuration: overcommit: %w", err)
 	}

@@ -41,7 +41,11 @@ func hostConfig(cfg Config) (*rest.Config, error) {
 func newHostClient(rc *rest.Config, cfg Config, log *slog.Logger, tp trace.TracerProvider) (*hostcluster.Client, error) {
 	rc = rest.CopyConfig(rc)
 	rc.QPS, rc.Burst = 50, 100
-	settings := hostcluster.Settings{KubeconfigServer: cfg.KubeconfigServer}
+	profiles, err := cfg.TierProfiles()
+	if err != nil {
+		return nil, err
+	}
+	settings := hostcluster.Settings{KubeconfigServer: cfg.KubeconfigServer, TierProfiles: profiles}
 	oidc, err := vclusterOIDC(cfg)
 	if err != nil {
 		return nil, err

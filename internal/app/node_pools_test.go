@@ -9,7 +9,9 @@ import (
 	"google.golang.org/grpc/codes"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
+	"github.com/gpuplane/gpuplane/internal/app"
 	"github.com/gpuplane/gpuplane/internal/apptest"
+	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/names"
 	"github.com/gpuplane/gpuplane/internal/quota"
 	"github.com/gpuplane/gpuplane/internal/store"
@@ -153,5 +155,34 @@ func TestMigrationGivesDedicatedTeamsTheirPool(t *testing.T) {
 	}
 	if _, err := pool.Exec(ctx, `UPDATE teams SET node_pool = 'dedicated-team-b' WHERE id = 'team-a'`); err == nil {
 		t.Error("a SHARED team must not get a dedicated pool")
+	}
+}
+
+// The tier profiles come from configuration; a value the guardrails cannot
+// enforce stops the server at start.
+func TestTierProfileConfiguration(t *testing.T) {
+	c := app.Defaults()
+	p, err := c.TierProfiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := p[hostcluster.TierShared]; s.PodSecurity != "baseline" || strings.Join(s.PriorityClasses, ",") != "train,build-preemptible" ||
+		strings.Join(s.Preemptibility, ",") != "preemptible" || !s.FractionalGPUs {
+		t.Errorf("SHARED defaults %+v", s)
+	}
+	if d := p[hostcluster.TierDedicated]; strings.Join(d.PriorityClasses, ",") != "train,build-preemptible,build,inference" || d.FractionalGPUs {
+		t.Errorf("DEDICATED defaults %+v", d)
+	}
+	c.SharedPodSecurity, c.DedicatedPriorityClasses = "restricted", " inference, build "
+	p, err = c.TierProfiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p[hostcluster.TierShared].PodSecurity != "restricted" || strings.Join(p[hostcluster.TierDedicated].PriorityClasses, ",") != "inference,build" {
+		t.Errorf("configured profiles %+v", p)
+	}
+	c.DedicatedPodSecurity = "privileged"
+	if _, err := c.TierProfiles(); err == nil || !strings.Contains(err.Error(), `pod security "privileged"`) {
+		t.Errorf("privileged Pod Security accepted: %v", err)
 	}
 }
