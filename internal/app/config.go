@@ -54,6 +54,8 @@ type Config struct {
 	KubeconfigServer  string        `flag:"vcluster-kubeconfig-server" help:"API address written into virtual clusters' kubeconfigs ({name}, {namespace} are replaced)"`
 	MetricsAddr       string        `flag:"metrics-addr" help:"gpuplane worker: listen address of its /metrics and /healthz (empty: none); serve has them on --http-addr"`
 
+	KAINodePoolLabel string `flag:"kai-node-pool-label" help:"KAI's node-pool label key (its global.nodePoolLabelKey): every gpuplane node pool becomes a KAI node pool, so fair share stays inside each pool; empty: one KAI scheduler for all pools"`
+
 	// Tier profiles: what the admission guardrails allow each isolation
 	// tier (see hostcluster.TierProfile).
 	SharedPodSecurity        string `flag:"shared-pod-security" help:"Pod Security Standard enforced on SHARED host namespaces: baseline or restricted"`

@@ -45,7 +45,7 @@ func newHostClient(rc *rest.Config, cfg Config, log *slog.Logger, tp trace.Trace
 	if err != nil {
 		return nil, err
 	}
-	settings := hostcluster.Settings{KubeconfigServer: cfg.KubeconfigServer, TierProfiles: profiles}
+	settings := hostcluster.Settings{KubeconfigServer: cfg.KubeconfigServer, TierProfiles: profiles, KAINodePoolLabel: cfg.KAINodePoolLabel}
 	oidc, err := vclusterOIDC(cfg)
 	if err != nil {
 		return nil, err

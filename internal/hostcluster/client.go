@@ -175,7 +175,7 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 
 	if err := run(StepQueues, func(ctx context.Context) (string, error) {
 		var names []string
-		for _, q := range RenderQueues(vc) {
+		for _, q := range RenderQueues(vc, c.settings) {
 			if _, err := c.dyn.Resource(QueueGVR).Apply(ctx, q.GetName(), q, apply); err != nil {
 				return strings.Join(names, ", "), fmt.Errorf("queue %s: %w", q.GetName(), err)
 			}
@@ -308,7 +308,8 @@ func (c *Client) verifyGuardrails(ctx context.Context, vc VirtualCluster, mutati
 			p, err := probe(func(p *corev1.Pod) { p.Spec.SchedulerName = KAISchedulerName })
 			switch {
 			case err == nil:
-				return p.Labels[KAIQueueLabel] == leaf, nil
+				key := c.settings.KAINodePoolLabel
+				return p.Labels[KAIQueueLabel] == leaf && (key == "" || p.Labels[key] == vc.pool()), nil
 			case deniedByUs(err, "must carry label"):
 				return false, nil // validation is in force, mutation not yet
 			default:
@@ -455,7 +456,7 @@ func (c *Client) Observe(ctx context.Context, vc VirtualCluster) (Observed, erro
 		return o, err
 	}
 
-	for _, want := range RenderQueues(vc) {
+	for _, want := range RenderQueues(vc, c.settings) {
 		level, _, _ := unstructured.NestedString(want.Object, "metadata", "labels", LabelQueueLevel)
 		qs := QueueState{Name: want.GetName(), Level: level}
 		have, err := c.dyn.Resource(QueueGVR).Get(ctx, want.GetName(), metav1.GetOptions{})
@@ -748,7 +749,12 @@ func (c *Client) Delete(ctx context.Context, vc VirtualCluster) error {
 // each only when nothing needs it any more (see Delete).
 func (c *Client) deleteParentQueues(ctx context.Context, vc VirtualCluster) error {
 	queues := c.dyn.Resource(QueueGVR)
-	for _, parent := range []string{TeamQueueName(vc.Department, vc.Team), DepartmentQueueName(vc.Department)} {
+	rendered := RenderQueues(vc, c.settings)
+	var parents []string // nearest first: team, then department
+	for i := len(rendered) - 2; i >= 0; i-- {
+		parents = append(parents, rendered[i].GetName())
+	}
+	for _, parent := range parents {
 		list, err := queues.List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return fmt.Errorf("hostcluster: list queues: %w", err)

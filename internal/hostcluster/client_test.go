@@ -145,7 +145,7 @@ func (h *harness) snapshot(vc VirtualCluster) map[string]string {
 	}
 	n, err := h.kube.CoreV1().Namespaces().Get(h.ctx, ns, metav1.GetOptions{})
 	add("namespace", n, err)
-	for _, q := range RenderQueues(vc) {
+	for _, q := range RenderQueues(vc, Settings{}) {
 		u, err := h.dyn.Resource(QueueGVR).Get(h.ctx, q.GetName(), metav1.GetOptions{})
 		add("queue/"+q.GetName(), u, err)
 	}
@@ -426,7 +426,7 @@ func TestDeleteLeavesNothingBehind(t *testing.T) {
 			t.Errorf("%s still there (err %v)", what, err)
 		}
 	}
-	for _, q := range RenderQueues(vc) {
+	for _, q := range RenderQueues(vc, Settings{}) {
 		_, err := h.queue(q.GetName())
 		notFound("queue "+q.GetName(), err)
 	}
@@ -665,4 +665,69 @@ func TestDeleteWaitsWhenAdmissionRefusesAParent(t *testing.T) {
 		}
 	}
 	_ = adm.ValidatingAdmissionPolicies().Delete(h.ctx, name, metav1.DeleteOptions{})
+}
+
+// With KAI node pools every pool is its own scheduling shard: queues and
+// KAI pods carry the pool in KAI's node-pool label, and a DEDICATED team's
+// queue is the root of its pool's hierarchy, so fair share stays inside
+// the pool.
+func TestKAINodePools(t *testing.T) {
+	h := newHarness(t)
+	const key = "kai.scheduler/node-pool"
+	s := h.client.settings
+	s.KAINodePoolLabel = key
+	c, err := New(h.config, Options{Settings: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dept := h.n("kai-pools")
+	shared := testVC(h.n("kp-shared"), "t1", dept, TierShared)
+	dedicated := testVC(h.n("kp-ded"), "t2", dept, TierDedicated)
+	for _, vc := range []VirtualCluster{shared, dedicated} {
+		if _, err := c.Apply(h.ctx, vc); err != nil {
+			t.Fatal(err)
+		}
+		h.markQuotaObserved(vc)
+	}
+	for name, want := range map[string]struct{ pool, parent string }{
+		DepartmentQueueName(dept):     {DefaultPool, ""},
+		TeamQueueName(dept, "t1"):     {DefaultPool, DepartmentQueueName(dept)},
+		LeafQueueName(shared.Name):    {DefaultPool, TeamQueueName(dept, "t1")},
+		TeamQueueName(dept, "t2"):     {"dedicated-t2", ""},
+		LeafQueueName(dedicated.Name): {"dedicated-t2", TeamQueueName(dept, "t2")},
+	} {
+		q, err := h.dyn.Resource(QueueGVR).Get(h.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		parent, _, _ := unstructured.NestedString(q.Object, "spec", "parentQueue")
+		if q.GetLabels()[key] != want.pool || parent != want.parent {
+			t.Errorf("queue %s: pool %q parent %q, want %q and %q", name, q.GetLabels()[key], parent, want.pool, want.parent)
+		}
+	}
+	o, err := c.Observe(h.ctx, dedicated)
+	if err != nil || !o.QueuesInSync() || len(o.Queues) != 2 {
+		t.Errorf("observed queues of the DEDICATED virtual cluster: %+v (%v)", o.Queues, err)
+	}
+
+	p, err := h.createPod(dedicated, gpus("1"), kai)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Labels[key] != "dedicated-t2" || p.Labels[KAIQueueLabel] != LeafQueueName(dedicated.Name) {
+		t.Errorf("KAI pod labels %v, want its pool and queue added", p.Labels)
+	}
+	_, err = h.createPod(shared, gpus("1"), kai, func(p *corev1.Pod) { p.Labels[key] = "dedicated-t2" })
+	mustBeDenied(t, "pod naming another KAI node pool", err, `label kai.scheduler/node-pool must be "shared"`, `(got "dedicated-t2")`)
+
+	for _, vc := range []VirtualCluster{dedicated, shared} {
+		if err := c.Delete(h.ctx, vc); err != nil {
+			t.Fatalf("delete %s: %v", vc.Name, err)
+		}
+	}
+	for _, name := range []string{DepartmentQueueName(dept), TeamQueueName(dept, "t1"), TeamQueueName(dept, "t2")} {
+		if _, err := h.queue(name); !apierrors.IsNotFound(err) {
+			t.Errorf("queue %s left: %v", name, err)
+		}
+	}
 }

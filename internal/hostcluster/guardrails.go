@@ -120,7 +120,7 @@ func RenderGuardrails(vc VirtualCluster, s Settings, mutating bool) Guardrails {
 	inNamespace := metav1ac.LabelSelector().WithMatchLabels(map[string]string{namespaceNameLabel: ns})
 
 	var validations []*admissionac.ValidationApplyConfiguration
-	for _, r := range guardrailRules(vc, s.PoolLabel, profile) {
+	for _, r := range guardrailRules(vc, s, profile) {
 		validations = append(validations, admissionac.Validation().
 			WithExpression(r.Expression).
 			WithReason(metav1.StatusReasonForbidden).
@@ -143,7 +143,6 @@ func RenderGuardrails(vc VirtualCluster, s Settings, mutating bool) Guardrails {
 				WithMatchResources(admissionac.MatchResources().WithNamespaceSelector(inNamespace))),
 	}
 	if mutating {
-		leaf := LeafQueueName(vc.Name)
 		g.Mutating = admissionac.MutatingAdmissionPolicy(name).
 			WithLabels(labels).WithAnnotations(annotations).
 			WithSpec(admissionac.MutatingAdmissionPolicySpec().
@@ -151,12 +150,9 @@ func RenderGuardrails(vc VirtualCluster, s Settings, mutating bool) Guardrails {
 				WithMatchConstraints(podRules).
 				WithMatchConditions(admissionac.MatchCondition().
 					WithName("kai-pod-without-queue").
-					WithExpression(`((` + celRequestsGPU + `) || (` + celSharedGPU + `) || (` + celKAIPod + `)) && !(` + celHasQueue + `)`)).
+					WithExpression(`((` + celRequestsGPU + `) || (` + celSharedGPU + `) || (` + celKAIPod + `)) && !(` + celHasLabels(missingLabels(vc, s)) + `)`)).
 				WithReinvocationPolicy(admissionv1.NeverReinvocationPolicy).
-				WithMutations(admissionac.Mutation().
-					WithPatchType(admissionv1.PatchTypeApplyConfiguration).
-					WithApplyConfiguration(admissionac.ApplyConfiguration().WithExpression(
-						`Object{metadata: Object.metadata{labels: {"` + KAIQueueLabel + `": "` + leaf + `"}}}`))))
+				WithMutations(labelMutations(vc, s)...))
 		g.MutatingBinding = admissionac.MutatingAdmissionPolicyBinding(name).
 			WithLabels(labels).WithAnnotations(annotations).
 			WithSpec(admissionac.MutatingAdmissionPolicyBindingSpec().
@@ -164,6 +160,39 @@ func RenderGuardrails(vc VirtualCluster, s Settings, mutating bool) Guardrails {
 				WithMatchResources(admissionac.MatchResources().WithNamespaceSelector(inNamespace)))
 	}
 	return g
+}
+
+// missingLabels are the labels the mutating policy gives a KAI pod that
+// lacks them: its leaf queue, and with KAI node pools its pool.
+func missingLabels(vc VirtualCluster, s Settings) [][2]string {
+	out := [][2]string{{KAIQueueLabel, LeafQueueName(vc.Name)}}
+	if s.KAINodePoolLabel != "" {
+		out = append(out, [2]string{s.KAINodePoolLabel, vc.pool()})
+	}
+	return out
+}
+
+// celHasLabels: the pod carries every one of the labels' keys.
+func celHasLabels(labels [][2]string) string {
+	var all []string
+	for _, l := range labels {
+		all = append(all, `(has(object.metadata.labels) && `+cel(l[0])+` in object.metadata.labels)`)
+	}
+	return strings.Join(all, " && ")
+}
+
+// labelMutations add each missing label, leaving present ones (even wrong
+// ones, which the validating policy then refuses) untouched.
+func labelMutations(vc VirtualCluster, s Settings) []*admissionac.MutationApplyConfiguration {
+	var out []*admissionac.MutationApplyConfiguration
+	for _, l := range missingLabels(vc, s) {
+		out = append(out, admissionac.Mutation().
+			WithPatchType(admissionv1.PatchTypeApplyConfiguration).
+			WithApplyConfiguration(admissionac.ApplyConfiguration().WithExpression(
+				`has(object.metadata.labels) && `+cel(l[0])+` in object.metadata.labels ? Object{} : `+
+					`Object{metadata: Object.metadata{labels: {`+cel(l[0])+`: `+cel(l[1])+`}}}`)))
+	}
+	return out
 }
 
 // guardrailVariables are evaluated lazily, only by the rules that use them.
@@ -219,7 +248,8 @@ func labelRule(key string, allowed []string, who string) guardrailRule {
 	}
 }
 
-func guardrailRules(vc VirtualCluster, poolLabel string, p TierProfile) []guardrailRule {
+func guardrailRules(vc VirtualCluster, s Settings, p TierProfile) []guardrailRule {
+	poolLabel := s.PoolLabel
 	leaf := LeafQueueName(vc.Name)
 	pools := allowedPools(vc, p)
 	who := "virtual cluster " + vc.Name + " (tier " + vc.Tier + ")"
@@ -320,6 +350,20 @@ func guardrailRules(vc VirtualCluster, poolLabel string, p TierProfile) []guardr
 				`("` + KAIGPUGroupLabel + `" in variables.labels ? "\"" + variables.labels["` + KAIGPUGroupLabel + `"] + "\"" : "absent") + ")"`,
 		},
 	)
+	if key := s.KAINodePoolLabel; key != "" {
+		k, own := cel(key), vc.pool()
+		rules = append(rules,
+			guardrailRule{
+				Expression: `!(` + k + ` in variables.labels) || variables.labels[` + k + `] == ` + cel(own),
+				Message: `"label ` + key + ` must be \"` + own + `\", the KAI node pool of ` + escapeForCEL(who) +
+					` (got \"" + variables.labels[` + k + `] + "\")"`,
+			},
+			guardrailRule{
+				Expression: `!variables.kaiPod || ` + k + ` in variables.labels`,
+				Message: `"pods scheduled by ` + KAISchedulerName + ` must carry label ` + key + `=` + own +
+					`: KAI's node pools pick their pods by it"`,
+			})
+	}
 	if own := vc.pool(); own != DefaultPool {
 		rules = append(rules, guardrailRule{
 			Expression: `!variables.fromSyncer || variables.nodeSelectorUnchanged || (has(object.spec.nodeSelector) && ` + pool + ` in object.spec.nodeSelector && ` +

@@ -44,7 +44,14 @@ func RenderNamespace(vc VirtualCluster, s Settings) *corev1ac.NamespaceApplyConf
 // RenderQueues renders the queue hierarchy parents first: department, team,
 // leaf. Every resource is written with quota, overQuotaWeight and limit,
 // because KAI reads an absent limit as 0 ("nothing allowed").
-func RenderQueues(vc VirtualCluster) []*unstructured.Unstructured {
+//
+// With Settings.KAINodePoolLabel every node pool is a KAI node pool (a
+// scheduling shard): each queue carries <label>=<pool>, and since a shard
+// only sees its own queues, a virtual cluster outside the shared pool gets
+// no department queue: its team queue is the root of its pool's hierarchy.
+// Fair share then never crosses pools. The department's budget is still
+// enforced by gpuplane's fit check.
+func RenderQueues(vc VirtualCluster, s Settings) []*unstructured.Unstructured {
 	dept := DepartmentQueueName(vc.Department)
 	team := TeamQueueName(vc.Department, vc.Team)
 	base := func(name, level, display, parent string, spec QueueSpec) *unstructured.Unstructured {
@@ -70,7 +77,17 @@ func RenderQueues(vc VirtualCluster) []*unstructured.Unstructured {
 	unstructured.SetNestedField(l.Object, vc.Team, "metadata", "labels", LabelTeam)
 	unstructured.SetNestedField(l.Object, vc.Name, "metadata", "labels", LabelVirtualCluster)
 	unstructured.SetNestedField(l.Object, fmt.Sprint(vc.Generation), "metadata", "annotations", AnnotationGen)
-	return []*unstructured.Unstructured{d, t, l}
+	queues := []*unstructured.Unstructured{d, t, l}
+	if key := s.KAINodePoolLabel; key != "" {
+		for _, q := range queues {
+			_ = unstructured.SetNestedField(q.Object, vc.pool(), "metadata", "labels", key)
+		}
+		if vc.pool() != DefaultPool {
+			unstructured.RemoveNestedField(t.Object, "spec", "parentQueue")
+			queues = queues[1:]
+		}
+	}
+	return queues
 }
 
 func queueSpecObject(display, parent string, spec QueueSpec) map[string]any {

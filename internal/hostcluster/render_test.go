@@ -40,7 +40,7 @@ func TestNamesAreDistinctLabels(t *testing.T) {
 	// The same word at every level must still give three distinct queues.
 	vc := testVC("ml", "ml", "ml", TierShared)
 	names := map[string]bool{}
-	for _, q := range RenderQueues(vc) {
+	for _, q := range RenderQueues(vc, Settings{}) {
 		names[q.GetName()] = true
 	}
 	if len(names) != 3 {
@@ -71,7 +71,7 @@ func TestNamesAreDistinctLabels(t *testing.T) {
 func TestRenderQueuesUnitsAndHierarchy(t *testing.T) {
 	vc := testVC("ml-dev", "vision", "research", TierShared)
 	vc.Leaf.Limit = nil
-	qs := RenderQueues(vc)
+	qs := RenderQueues(vc, Settings{})
 	if len(qs) != 3 {
 		t.Fatalf("got %d queues", len(qs))
 	}
@@ -114,7 +114,7 @@ func TestRenderQueuesUnitsAndHierarchy(t *testing.T) {
 	}
 
 	vc.Leaf.Limit = &Quantities{GPUCenti: 150, CPUMillis: -1, MemoryBytes: 1_999_999}
-	leaf = RenderQueues(vc)[2].Object
+	leaf = RenderQueues(vc, Settings{})[2].Object
 	for path, want := range map[string]float64{"gpu.limit": 1.5, "cpu.limit": -1, "memory.limit": 1} {
 		parts := strings.Split(path, ".")
 		if got, _ := nestedNumber(leaf, "spec", "resources", parts[0], parts[1]); got != want {

@@ -14,6 +14,13 @@ type Settings struct {
 	// PoolLabel is the node label naming a node's pool. Default
 	// DefaultPoolLabel.
 	PoolLabel string
+	// KAINodePoolLabel, when set, maps every node pool to a KAI node pool:
+	// it must be KAI's node-pool label key (KAI's global.nodePoolLabelKey,
+	// by default kai.scheduler/node-pool), with one SchedulingShard per pool
+	// whose partitionLabelValue is the pool's name. Queues and KAI pods
+	// then carry <label>=<pool> (see RenderQueues, RenderGuardrails). Empty:
+	// one KAI scheduler sees every pool.
+	KAINodePoolLabel string
 	// TierProfiles parameterise the admission guardrails and Pod Security
 	// level per isolation tier; tiers not listed get DefaultTierProfiles.
 	TierProfiles map[string]TierProfile
