@@ -102,4 +102,3 @@ func TestDeleteWaitsForKAIToForgetTheChild(t *testing.T) {
 	h.assertGone(t, id)
 	h.assertNoOrphans(t)
 }
-
