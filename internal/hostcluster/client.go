@@ -234,11 +234,48 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		if err != nil {
 			return "", err
 		}
+		if err := c.checkControlPlaneAdmitted(ctx, vc); err != nil {
+			return "", err
+		}
 		return fmt.Sprintf("release %s %s (revision %d)", ReleaseName(vc.Name), r.Action, r.Revision), nil
 	}); err != nil {
 		return steps, err
 	}
 	return steps, nil
+}
+
+// checkControlPlaneAdmitted dry-runs the vCluster control plane pod (the
+// StatefulSet's template) in the host namespace, so that a Pod Security
+// level the chart's pods do not meet (the tier's "restricted" with a
+// control plane running as root) fails the release step with the reason,
+// instead of a StatefulSet whose pods the API server silently refuses.
+// Other refusals (an unobserved ResourceQuota, say) are not conclusive and
+// are left to the StatefulSet controller.
+func (c *Client) checkControlPlaneAdmitted(ctx context.Context, vc VirtualCluster) error {
+	ns := NamespaceName(vc.Name)
+	sts, err := c.kube.AppsV1().StatefulSets(ns).Get(ctx, ReleaseName(vc.Name), metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	// As the StatefulSet controller builds pod 0: the template plus a
+	// volume per claim template.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: sts.Name + "-0", Labels: sts.Spec.Template.Labels, Annotations: sts.Spec.Template.Annotations},
+		Spec:       *sts.Spec.Template.Spec.DeepCopy(),
+	}
+	for _, claim := range sts.Spec.VolumeClaimTemplates {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: claim.Name, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name + "-" + pod.Name}}})
+	}
+	_, err = c.kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil && apierrors.IsForbidden(err) && strings.Contains(err.Error(), "violates PodSecurity") {
+		return fmt.Errorf("the vCluster control plane pod cannot run in namespace %s, which enforces Pod Security %q for tier %s: %w",
+			ns, c.settings.Profile(vc.Tier).PodSecurity, vc.Tier, err)
+	}
+	return nil
 }
 
 // guardrailProbeTimeout bounds how long Apply waits for new or changed
