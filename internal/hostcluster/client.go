@@ -299,19 +299,7 @@ func (c *Client) verifyGuardrails(ctx context.Context, vc VirtualCluster, mutati
 		// tier's level, only gpuplane's policy can refuse it.
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "gpuplane-guardrail-probe", Labels: map[string]string{}, Annotations: map[string]string{}},
-			Spec: corev1.PodSpec{
-				SecurityContext: &corev1.PodSecurityContext{
-					RunAsNonRoot:   ptr.To(true),
-					SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-				},
-				Containers: []corev1.Container{{
-					Name: "probe", Image: "registry.k8s.io/pause:3.10",
-					SecurityContext: &corev1.SecurityContext{
-						AllowPrivilegeEscalation: ptr.To(false),
-						Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-					},
-				}},
-			},
+			Spec:       restrictedPodSpec("probe", "registry.k8s.io/pause:3.10"),
 		}
 		mutate(p)
 		return c.kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -378,6 +366,23 @@ func (c *Client) verifyGuardrails(ctx context.Context, vc VirtualCluster, mutati
 		}
 	}
 	return nil
+}
+
+// restrictedPodSpec is one container that meets Pod Security "restricted".
+func restrictedPodSpec(container, image string) corev1.PodSpec {
+	return corev1.PodSpec{
+		SecurityContext: &corev1.PodSecurityContext{
+			RunAsNonRoot:   ptr.To(true),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		Containers: []corev1.Container{{
+			Name: container, Image: image,
+			SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: ptr.To(false),
+				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			},
+		}},
+	}
 }
 
 // MutatingAdmissionPolicySupported reports whether the server serves

@@ -498,20 +498,9 @@ func syncedPod(e hostileEnv, kind workload, workloadName string, virtual func(ho
 	vName := workloadName
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": workloadName}, Annotations: map[string]string{}},
-		Spec: corev1.PodSpec{
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](1000),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
-			Containers: []corev1.Container{{
-				Name: "main", Image: "registry.example.com/train:1",
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: ptr.To(false),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-			}},
-		},
+		Spec:       restrictedPodSpec("main", "registry.example.com/train:1"),
 	}
+	p.Spec.SecurityContext.RunAsUser = ptr.To[int64](1000)
 	owner := ""
 	switch kind {
 	case wDeployment:
