@@ -163,12 +163,15 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		}
 		capacity = tenancy.StaticCapacity(c)
 	}
+	if _, err := cfg.TierProfiles(); err != nil {
+		return nil, err
+	}
 	if _, err := quota.ClusterCapacity(quota.Resources{}, cfg.Overcommit); err != nil {
 		return nil, fmt.Errorf("invalid configuration: overcommit: %w", err)
 	}
 
 	a.Tenancy = tenancy.NewService(capacity, cfg.Overcommit, request.TeamHistory{})
-	a.Requests = request.NewService(a.db, request.Defaults{KubernetesVersion: cfg.DefaultKubernetesVersion,
+	a.Requests = request.NewService(a.db, a.Tenancy, request.Defaults{KubernetesVersion: cfg.DefaultKubernetesVersion,
 		ChartVersion: cfg.DefaultChartVersion}, a.log, opts.Now)
 
 	// Listen on the gRPC port before building the handlers: kubeconfigs

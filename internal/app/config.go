@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/store"
 )
 
@@ -61,6 +62,17 @@ type Config struct {
 	KubeconfigServer  string        `flag:"vcluster-kubeconfig-server" help:"API address written into virtual clusters' kubeconfigs ({name}, {namespace} are replaced)"`
 	MetricsAddr       string        `flag:"metrics-addr" help:"gpuplane worker: listen address of its /metrics and /healthz (empty: none); serve has them on --http-addr"`
 
+	KAINodePoolLabel string `flag:"kai-node-pool-label" help:"KAI's node-pool label key (its global.nodePoolLabelKey): every gpuplane node pool becomes a KAI node pool, so fair share stays inside each pool; empty: one KAI scheduler for all pools"`
+
+	// Tier profiles: what the admission guardrails allow each isolation
+	// tier (see hostcluster.TierProfile).
+	SharedPodSecurity        string `flag:"shared-pod-security" help:"Pod Security Standard enforced on SHARED host namespaces: baseline or restricted"`
+	DedicatedPodSecurity     string `flag:"dedicated-pod-security" help:"Pod Security Standard enforced on DEDICATED host namespaces: baseline or restricted"`
+	SharedPriorityClasses    string `flag:"shared-priority-classes" help:"comma-separated priority classes SHARED pods may use (spec.priorityClassName or KAI's priorityClassName label)"`
+	DedicatedPriorityClasses string `flag:"dedicated-priority-classes" help:"comma-separated priority classes DEDICATED pods may use"`
+	SharedPreemptibility     string `flag:"shared-preemptibility" help:"comma-separated values SHARED pods may give the kai.scheduler/preemptibility label"`
+	DedicatedPreemptibility  string `flag:"dedicated-preemptibility" help:"comma-separated values DEDICATED pods may give the kai.scheduler/preemptibility label"`
+
 	OIDCUsernamePrefix string `flag:"vcluster-oidc-username-prefix" help:"prefix of OIDC user names inside virtual clusters (empty: none)"`
 	OIDCGroupsPrefix   string `flag:"vcluster-oidc-groups-prefix" help:"prefix of OIDC group names inside virtual clusters (empty: none; keeps a groups claim such as system:masters powerless)"`
 
@@ -92,6 +104,12 @@ func Defaults() Config {
 		ResyncInterval:           5 * time.Minute,
 		MetricsAddr:              ":8081",
 		VClusterChartRepo:        "https://charts.loft.sh",
+		SharedPodSecurity:        hostcluster.PodSecurityBaseline,
+		DedicatedPodSecurity:     hostcluster.PodSecurityBaseline,
+		SharedPriorityClasses:    "train,build-preemptible",
+		DedicatedPriorityClasses: "train,build-preemptible,build,inference",
+		SharedPreemptibility:     "preemptible",
+		DedicatedPreemptibility:  "preemptible,non-preemptible",
 		OIDCUsernamePrefix:       "oidc:",
 		OIDCGroupsPrefix:         "oidc:",
 		ExpiryInterval:           time.Minute,
@@ -187,13 +205,39 @@ func (c Config) Print(w io.Writer) {
 	}
 }
 
-// AdminGroups splits PlatformAdminGroups.
-func (c Config) AdminGroups() []string {
+// TierProfiles are the guardrail profiles of the SHARED and DEDICATED
+// tiers: hostcluster's defaults with the configured Pod Security level,
+// priority classes and preemptibility values.
+func (c Config) TierProfiles() (map[string]hostcluster.TierProfile, error) {
+	profiles := hostcluster.DefaultTierProfiles()
+	for tier, conf := range map[string]struct{ podSecurity, classes, preemptibility string }{
+		hostcluster.TierShared:    {c.SharedPodSecurity, c.SharedPriorityClasses, c.SharedPreemptibility},
+		hostcluster.TierDedicated: {c.DedicatedPodSecurity, c.DedicatedPriorityClasses, c.DedicatedPreemptibility},
+	} {
+		p := profiles[tier]
+		p.PodSecurity = conf.podSecurity
+		p.PriorityClasses = splitList(conf.classes)
+		p.Preemptibility = splitList(conf.preemptibility)
+		profiles[tier] = p
+	}
+	if err := (hostcluster.Settings{TierProfiles: profiles}).ValidateProfiles(); err != nil {
+		return nil, fmt.Errorf("invalid configuration (--shared-*/--dedicated-* pod-security, priority-classes, preemptibility): %w", err)
+	}
+	return profiles, nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
 	var out []string
-	for _, g := range strings.Split(c.PlatformAdminGroups, ",") {
-		if g = strings.TrimSpace(g); g != "" {
-			out = append(out, g)
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
 		}
 	}
 	return out
+}
+
+// AdminGroups splits PlatformAdminGroups.
+func (c Config) AdminGroups() []string {
+	return splitList(c.PlatformAdminGroups)
 }

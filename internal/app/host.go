@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/quota"
+	"github.com/gpuplane/gpuplane/internal/tenancy"
 )
 
 // hostConfig returns the host cluster's REST config, or nil when none is
@@ -40,7 +41,11 @@ func hostConfig(cfg Config) (*rest.Config, error) {
 func newHostClient(rc *rest.Config, cfg Config, log *slog.Logger, tp trace.TracerProvider) (*hostcluster.Client, error) {
 	rc = rest.CopyConfig(rc)
 	rc.QPS, rc.Burst = 50, 100
-	settings := hostcluster.Settings{KubeconfigServer: cfg.KubeconfigServer}
+	profiles, err := cfg.TierProfiles()
+	if err != nil {
+		return nil, err
+	}
+	settings := hostcluster.Settings{KubeconfigServer: cfg.KubeconfigServer, TierProfiles: profiles, KAINodePoolLabel: cfg.KAINodePoolLabel}
 	oidc, err := vclusterOIDC(cfg)
 	if err != nil {
 		return nil, err
@@ -88,19 +93,23 @@ func vclusterOIDC(cfg Config) (hostcluster.OIDCSettings, error) {
 	return o, nil
 }
 
-// nodeCapacity reads host capacity from the nodes, cached briefly because
-// every approval asks for it.
+// nodeCapacity reads host capacity per node pool from the nodes, cached
+// briefly because every approval asks for it. The total (the cluster level
+// of the fit check) and each pool (the level a team's quota is carved from)
+// come from the same read.
 type nodeCapacity struct {
 	host *hostcluster.Client
 	ttl  time.Duration
 
 	mu      sync.Mutex
 	at      time.Time
-	cached  quota.Resources
+	cached  map[string]quota.Resources
 	lastErr error
 }
 
-func (n *nodeCapacity) Capacity(ctx context.Context) (quota.Resources, error) {
+var _ tenancy.PoolCapacitySource = (*nodeCapacity)(nil)
+
+func (n *nodeCapacity) PoolCapacity(ctx context.Context) (map[string]quota.Resources, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if time.Since(n.at) < n.ttl && n.lastErr == nil {
@@ -109,12 +118,20 @@ func (n *nodeCapacity) Capacity(ctx context.Context) (quota.Resources, error) {
 	pools, err := n.host.Capacity(ctx)
 	if err != nil {
 		n.lastErr = err
+		return nil, err
+	}
+	out := make(map[string]quota.Resources, len(pools))
+	for name, q := range pools {
+		out[name] = quota.Resources{GPU: quota.GPU(q.GPUCenti), CPUMillis: q.CPUMillis, MemoryBytes: q.MemoryBytes}
+	}
+	n.cached, n.at, n.lastErr = out, time.Now(), nil
+	return out, nil
+}
+
+func (n *nodeCapacity) Capacity(ctx context.Context) (quota.Resources, error) {
+	pools, err := n.PoolCapacity(ctx)
+	if err != nil {
 		return quota.Resources{}, err
 	}
-	var total quota.Resources
-	for _, q := range pools {
-		total = total.Add(quota.Resources{GPU: quota.GPU(q.GPUCenti), CPUMillis: q.CPUMillis, MemoryBytes: q.MemoryBytes})
-	}
-	n.cached, n.at, n.lastErr = total, time.Now(), nil
-	return total, nil
+	return tenancy.StaticPoolCapacity(pools).Capacity(ctx)
 }

@@ -47,6 +47,14 @@ func Principal(user string) reqctx.Principal {
 // worker reads the dev cluster's nodes.
 var DemoCapacity = quota.Resources{GPU: quota.GPUs(16), CPUMillis: 256_000, MemoryBytes: 2 << 40}
 
+// demoTeams are the seeded teams. A DEDICATED one gets a fake node in its
+// own pool (DemoNodes), since its quota must fit that pool.
+var demoTeams = []struct {
+	id, name string
+	tier     pb.IsolationTier
+	gpu      string
+}{{"team-a", "Team A (vision)", pb.IsolationTier_SHARED, "4"}, {"team-b", "Team B (LLM)", pb.IsolationTier_DEDICATED, "2"}}
+
 // Seed creates the demo department, teams and members through the real
 // API handlers as alice, so the audit log shows them. Safe to run again.
 func Seed(ctx context.Context, a *api.API) error {
@@ -68,11 +76,7 @@ func Seed(ctx context.Context, a *api.API) error {
 	}); ignoreExists(err) != nil {
 		return fmt.Errorf("seed department: %w", err)
 	}
-	for _, tm := range []struct {
-		id, name string
-		tier     pb.IsolationTier
-		gpu      string
-	}{{"team-a", "Team A (vision)", pb.IsolationTier_SHARED, "4"}, {"team-b", "Team B (LLM)", pb.IsolationTier_DEDICATED, "2"}} {
+	for _, tm := range demoTeams {
 		if _, err := teams.CreateTeam(ctx, &pb.CreateTeamRequest{
 			TeamId: tm.id, RequestId: "seed-" + tm.id,
 			Team: &pb.Team{Department: "departments/research", DisplayName: tm.name, IsolationTier: tm.tier,

@@ -26,7 +26,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
+	"github.com/gpuplane/gpuplane/internal/names"
 )
 
 // FakeNode is a Node object with GPU capacity. The dev host cluster has no
@@ -40,14 +42,27 @@ type FakeNode struct {
 	Mem  string
 }
 
-// DemoNodes are the dev cluster's fake nodes: two shared nodes with 8 GPUs each, one dedicated node with 8.
-var DemoNodes = []FakeNode{
-	{Name: "gpu-shared-1", Pool: hostcluster.DefaultPool, GPUs: 8, CPU: "96", Mem: "768Gi"},
-	{Name: "gpu-shared-2", Pool: hostcluster.DefaultPool, GPUs: 8, CPU: "96", Mem: "768Gi"},
-	{Name: "gpu-dedicated-1", Pool: hostcluster.DedicatedPool, GPUs: 8, CPU: "96", Mem: "768Gi"},
+// DemoNodes: two nodes with 8 GPUs each in the shared pool, and for every
+// DEDICATED demo team one node with 8 GPUs in the team's own pool
+// (dedicated-team-b), labelled and tainted as the platform expects.
+var DemoNodes = demoNodes()
+
+func demoNodes() []FakeNode {
+	nodes := []FakeNode{
+		{Name: "gpu-shared-1", Pool: names.SharedPool, GPUs: 8, CPU: "96", Mem: "768Gi"},
+		{Name: "gpu-shared-2", Pool: names.SharedPool, GPUs: 8, CPU: "96", Mem: "768Gi"},
+	}
+	for _, t := range demoTeams {
+		if t.tier == pb.IsolationTier_DEDICATED {
+			nodes = append(nodes, FakeNode{Name: "gpu-" + t.id + "-1", Pool: names.DedicatedPool(t.id), GPUs: 8, CPU: "96", Mem: "768Gi"})
+		}
+	}
+	return nodes
 }
 
-// CreateNodes writes the fake nodes with allocatable GPUs.
+// CreateNodes writes the fake nodes with allocatable GPUs. Nodes outside
+// the shared pool carry the pool's NoSchedule taint, which only the pool's
+// own virtual clusters tolerate.
 func CreateNodes(ctx context.Context, kube kubernetes.Interface, nodes []FakeNode) error {
 	for _, n := range nodes {
 		alloc := corev1.ResourceList{
@@ -57,7 +72,7 @@ func CreateNodes(ctx context.Context, kube kubernetes.Interface, nodes []FakeNod
 		}
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: map[string]string{
 			hostcluster.DefaultPoolLabel: n.Pool, "nvidia.com/gpu.present": "true"}}}
-		if n.Pool == hostcluster.DedicatedPool {
+		if n.Pool != names.SharedPool {
 			node.Spec.Taints = []corev1.Taint{{Key: hostcluster.DefaultPoolLabel, Value: n.Pool, Effect: corev1.TaintEffectNoSchedule}}
 		}
 		created, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})

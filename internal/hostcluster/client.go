@@ -2,10 +2,12 @@ package hostcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +24,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpuplane/gpuplane/internal/quota"
 )
@@ -77,6 +80,9 @@ func New(config *rest.Config, opts Options) (*Client, error) {
 	dc, mapper, err := newDiscovery(config)
 	if err != nil {
 		return nil, fmt.Errorf("hostcluster: %w", err)
+	}
+	if err := opts.Settings.ValidateProfiles(); err != nil {
+		return nil, err
 	}
 	log := opts.Logger
 	if log == nil {
@@ -157,7 +163,7 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 	apply := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
 
 	if err := run(StepNamespace, func(ctx context.Context) (string, error) {
-		ns, err := c.kube.CoreV1().Namespaces().Apply(ctx, RenderNamespace(vc), apply)
+		ns, err := c.kube.CoreV1().Namespaces().Apply(ctx, RenderNamespace(vc, c.settings), apply)
 		if err != nil {
 			return "", err
 		}
@@ -171,7 +177,7 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 
 	if err := run(StepQueues, func(ctx context.Context) (string, error) {
 		var names []string
-		for _, q := range RenderQueues(vc) {
+		for _, q := range RenderQueues(vc, c.settings) {
 			if _, err := c.dyn.Resource(QueueGVR).Apply(ctx, q.GetName(), q, apply); err != nil {
 				return strings.Join(names, ", "), fmt.Errorf("queue %s: %w", q.GetName(), err)
 			}
@@ -187,7 +193,7 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		if err != nil {
 			return "", err
 		}
-		g := RenderGuardrails(vc, mutating)
+		g := RenderGuardrails(vc, c.settings, mutating)
 		adm := c.kube.AdmissionregistrationV1()
 		if _, err := adm.ValidatingAdmissionPolicies().Apply(ctx, g.Validating, apply); err != nil {
 			return "", fmt.Errorf("validating policy: %w", err)
@@ -230,11 +236,48 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		if err != nil {
 			return "", err
 		}
+		if err := c.checkControlPlaneAdmitted(ctx, vc); err != nil {
+			return "", err
+		}
 		return fmt.Sprintf("release %s %s (revision %d)", ReleaseName(vc.Name), r.Action, r.Revision), nil
 	}); err != nil {
 		return steps, err
 	}
 	return steps, nil
+}
+
+// checkControlPlaneAdmitted dry-runs the vCluster control plane pod (the
+// StatefulSet's template) in the host namespace, so that a Pod Security
+// level the chart's pods do not meet (the tier's "restricted" with a
+// control plane running as root) fails the release step with the reason,
+// instead of a StatefulSet whose pods the API server silently refuses.
+// Other refusals (an unobserved ResourceQuota, say) are not conclusive and
+// are left to the StatefulSet controller.
+func (c *Client) checkControlPlaneAdmitted(ctx context.Context, vc VirtualCluster) error {
+	ns := NamespaceName(vc.Name)
+	sts, err := c.kube.AppsV1().StatefulSets(ns).Get(ctx, ReleaseName(vc.Name), metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	// As the StatefulSet controller builds pod 0: the template plus a
+	// volume per claim template.
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: sts.Name + "-0", Labels: sts.Spec.Template.Labels, Annotations: sts.Spec.Template.Annotations},
+		Spec:       *sts.Spec.Template.Spec.DeepCopy(),
+	}
+	for _, claim := range sts.Spec.VolumeClaimTemplates {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: claim.Name, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name + "-" + pod.Name}}})
+	}
+	_, err = c.kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil && apierrors.IsForbidden(err) && strings.Contains(err.Error(), "violates PodSecurity") {
+		return fmt.Errorf("the vCluster control plane pod cannot run in namespace %s, which enforces Pod Security %q for tier %s: %w",
+			ns, c.settings.Profile(vc.Tier).PodSecurity, vc.Tier, err)
+	}
+	return nil
 }
 
 // guardrailProbeTimeout bounds how long Apply waits for new or changed
@@ -254,11 +297,11 @@ func (c *Client) verifyGuardrails(ctx context.Context, vc VirtualCluster, mutati
 			strings.Contains(err.Error(), "'"+policy+"'") && strings.Contains(err.Error(), fragment)
 	}
 	probe := func(mutate func(*corev1.Pod)) (*corev1.Pod, error) {
+		// Compliant with Pod Security "restricted", so that whatever the
+		// tier's level, only gpuplane's policy can refuse it.
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "gpuplane-guardrail-probe", Labels: map[string]string{}, Annotations: map[string]string{}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{
-				Name: "probe", Image: "registry.k8s.io/pause:3.10",
-			}}},
+			Spec:       restrictedPodSpec("probe", "registry.k8s.io/pause:3.10"),
 		}
 		mutate(p)
 		return c.kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -272,8 +315,12 @@ func (c *Client) verifyGuardrails(ctx context.Context, vc VirtualCluster, mutati
 	checks := []check{{"GPU pods must use " + KAISchedulerName, func() (bool, error) {
 		_, err := probe(func(p *corev1.Pod) { p.Spec.Containers[0].Resources.Limits = gpu })
 		return deniedByUs(err, "schedulerName"), nil
+	}}, {"no preset node names", func() (bool, error) {
+		// A node name no profile lists: DNS subdomains have no "_".
+		_, err := probe(func(p *corev1.Pod) { p.Spec.NodeName = "gpuplane-guardrail-probe" })
+		return deniedByUs(err, "spec.nodeName"), nil
 	}}}
-	if !(vc.Tier == TierShared && vc.AllowFractionalGPUs) {
+	if !(c.settings.Profile(vc.Tier).FractionalGPUs && vc.AllowFractionalGPUs) {
 		checks = append(checks, check{"shared GPUs refused", func() (bool, error) {
 			_, err := probe(func(p *corev1.Pod) {
 				p.Spec.SchedulerName = KAISchedulerName
@@ -288,7 +335,8 @@ func (c *Client) verifyGuardrails(ctx context.Context, vc VirtualCluster, mutati
 			p, err := probe(func(p *corev1.Pod) { p.Spec.SchedulerName = KAISchedulerName })
 			switch {
 			case err == nil:
-				return p.Labels[KAIQueueLabel] == leaf, nil
+				key := c.settings.KAINodePoolLabel
+				return p.Labels[KAIQueueLabel] == leaf && (key == "" || p.Labels[key] == vc.pool()), nil
 			case deniedByUs(err, "must carry label"):
 				return false, nil // validation is in force, mutation not yet
 			default:
@@ -320,6 +368,23 @@ func (c *Client) verifyGuardrails(ctx context.Context, vc VirtualCluster, mutati
 		}
 	}
 	return nil
+}
+
+// restrictedPodSpec is one container that meets Pod Security "restricted".
+func restrictedPodSpec(container, image string) corev1.PodSpec {
+	return corev1.PodSpec{
+		SecurityContext: &corev1.PodSecurityContext{
+			RunAsNonRoot:   ptr.To(true),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		Containers: []corev1.Container{{
+			Name: container, Image: image,
+			SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: ptr.To(false),
+				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			},
+		}},
+	}
 }
 
 // MutatingAdmissionPolicySupported reports whether the server serves
@@ -435,7 +500,7 @@ func (c *Client) Observe(ctx context.Context, vc VirtualCluster) (Observed, erro
 		return o, err
 	}
 
-	for _, want := range RenderQueues(vc) {
+	for _, want := range RenderQueues(vc, c.settings) {
 		level, _, _ := unstructured.NestedString(want.Object, "metadata", "labels", LabelQueueLevel)
 		qs := QueueState{Name: want.GetName(), Level: level}
 		have, err := c.dyn.Resource(QueueGVR).Get(ctx, want.GetName(), metav1.GetOptions{})
@@ -597,18 +662,22 @@ func nestedNumber(obj map[string]any, path ...string) (float64, bool) {
 	return 0, false
 }
 
-// parseAllocated reads a queue's status.allocated. KAI fills it from
-// PodGroup statuses as an ordinary Kubernetes resource list, so cpu and
-// memory are plain quantities ("2", "500m", "64Gi") and the GPU entry is the
-// one whose name ends in "gpu" (e.g. "nvidia.com/gpu": "1500m" = 1.5 GPUs).
-// The amounts go through quota.AllocatedFromKAI, which rounds up: usage is
-// never understated.
+// parseAllocated reads a queue's status.allocated.
+//
+// UNIT CONVERSION, KAI allocated -> platform. KAI's queue controller fills
+// status.allocated with the summed requests of the queue's running pods as
+// an ordinary Kubernetes resource list (pkg/queuecontroller: cpu in cores,
+// memory in bytes, GPUs in devices under a name ending in "/gpu", e.g.
+// "nvidia.com/gpu": "1500m"), not in the queue units of spec.resources.
+// The exact decimal amounts go to quota.AllocatedFromKAI, the one place
+// that rounds them UP to the platform's units, so usage is never
+// understated.
 func parseAllocated(q *unstructured.Unstructured) *Quantities {
 	raw, found, err := unstructured.NestedMap(q.Object, "status", "allocated")
 	if !found || err != nil {
 		return nil
 	}
-	var gpu, cpuMillis, memoryMB float64
+	var gpu, cpu, memory quota.Decimal
 	for name, v := range raw {
 		var qty resource.Quantity
 		switch x := v.(type) {
@@ -621,33 +690,59 @@ func parseAllocated(q *unstructured.Unstructured) *Quantities {
 		case int64:
 			qty = *resource.NewQuantity(x, resource.DecimalSI)
 		case float64:
-			qty = *resource.NewMilliQuantity(int64(math.Ceil(x*1000)), resource.DecimalSI)
+			// The shortest decimal that reads back as x, parsed exactly.
+			p, err := resource.ParseQuantity(strconv.FormatFloat(x, 'f', -1, 64))
+			if err != nil {
+				continue
+			}
+			qty = p
 		default:
 			continue
 		}
+		dec := qty.AsDec()
+		amount := quota.Decimal{Unscaled: dec.UnscaledBig(), Exponent: -int32(dec.Scale())}
 		switch {
 		case name == string(corev1.ResourceCPU):
-			cpuMillis = float64(qty.MilliValue())
+			cpu = amount
 		case name == string(corev1.ResourceMemory):
-			memoryMB = qty.AsApproximateFloat64() / 1e6
+			memory = amount
 		case name == "gpu" || strings.HasSuffix(name, "/gpu"):
-			gpu = qty.AsApproximateFloat64()
+			gpu = amount
 		}
 	}
-	r := quota.AllocatedFromKAI(gpu, cpuMillis, memoryMB)
+	r := quota.AllocatedFromKAI(gpu, cpu, memory)
 	return &Quantities{GPUCenti: int64(r.GPU), CPUMillis: r.CPUMillis, MemoryBytes: r.MemoryBytes}
 }
 
+// DeletePendingError reports a Delete that removed everything it could but
+// must wait for KAI before removing parent queues. It is not a failure:
+// call Delete again later.
+type DeletePendingError struct {
+	// Waiting says what is awaited, one entry per queue.
+	Waiting []string
+}
+
+func (e *DeletePendingError) Error() string {
+	return "hostcluster: delete waits for KAI: " + strings.Join(e.Waiting, "; ")
+}
+
 // Delete removes everything Apply created for vc: the release, the
-// guardrails, the network policy, the leaf queue, the team and department
-// queues once no other queue names them as parent, and the namespace. It is
+// guardrails, the network policy, the leaf queue, the namespace, and the
+// team and department queues once nothing else needs them. It is
 // idempotent: objects already gone count as deleted. It does not wait for
 // the namespace to finish terminating.
 //
+// Parent queues go last and only when
+//   - no other live queue names them as parent (other virtual clusters of
+//     the team, other teams of the department keep them), and
+//   - KAI's status no longer lists any child in status.childQueues: KAI's
+//     webhook refuses to delete a queue while it does, and its queue
+//     controller updates that list only after the child is gone.
+//
+// Until then Delete returns a *DeletePendingError and the caller retries.
 // Parents are only checked, not locked: a concurrent Apply of a sibling in
 // the same team could recreate a parent just deleted, which its next Apply
-// repairs (on a real cluster KAI's webhook also refuses to delete a queue
-// that still has children).
+// repairs.
 func (c *Client) Delete(ctx context.Context, vc VirtualCluster) error {
 	if err := vc.Validate(); err != nil {
 		return err
@@ -687,40 +782,79 @@ func (c *Client) Delete(ctx context.Context, vc VirtualCluster) error {
 			deletion{"mutating policy binding", func() error { return adm.MutatingAdmissionPolicyBindings().Delete(ctx, name, del) }},
 			deletion{"mutating policy", func() error { return adm.MutatingAdmissionPolicies().Delete(ctx, name, del) }})
 	}
-	deletes = append(deletes, deletion{"network policy", func() error {
-		return c.kube.NetworkingV1().NetworkPolicies(ns).Delete(ctx, NetworkPolicyName, del)
-	}})
+	deletes = append(deletes,
+		deletion{"network policy", func() error {
+			return c.kube.NetworkingV1().NetworkPolicies(ns).Delete(ctx, NetworkPolicyName, del)
+		}},
+		deletion{"leaf queue", func() error { return c.dyn.Resource(QueueGVR).Delete(ctx, LeafQueueName(vc.Name), del) }},
+		deletion{"namespace", func() error { return c.kube.CoreV1().Namespaces().Delete(ctx, ns, del) }},
+	)
 	for _, d := range deletes {
 		if err := gone(d.f()); err != nil {
 			return fmt.Errorf("hostcluster: delete %s of %s: %w", d.what, vc.Name, err)
 		}
 	}
+	return c.deleteParentQueues(ctx, vc)
+}
 
+// deleteParentQueues deletes the team queue, then the department queue,
+// each only when nothing needs it any more (see Delete).
+func (c *Client) deleteParentQueues(ctx context.Context, vc VirtualCluster) error {
 	queues := c.dyn.Resource(QueueGVR)
-	if err := gone(queues.Delete(ctx, LeafQueueName(vc.Name), del)); err != nil {
-		return fmt.Errorf("hostcluster: delete leaf queue of %s: %w", vc.Name, err)
+	rendered := RenderQueues(vc, c.settings)
+	var parents []string // nearest first: team, then department
+	for i := len(rendered) - 2; i >= 0; i-- {
+		parents = append(parents, rendered[i].GetName())
 	}
-	for _, parent := range []string{TeamQueueName(vc.Department, vc.Team), DepartmentQueueName(vc.Department)} {
+	for _, parent := range parents {
 		list, err := queues.List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return fmt.Errorf("hostcluster: list queues: %w", err)
 		}
-		inUse := slices.ContainsFunc(list.Items, func(q unstructured.Unstructured) bool {
-			p, _, _ := unstructured.NestedString(q.Object, "spec", "parentQueue")
-			return p == parent && q.GetDeletionTimestamp() == nil
-		})
-		if inUse {
-			break // a parent still in use keeps its own parent in use too
+		var q *unstructured.Unstructured
+		inUse := false
+		for i := range list.Items {
+			item := &list.Items[i]
+			if item.GetName() == parent {
+				q = item
+			}
+			p, _, _ := unstructured.NestedString(item.Object, "spec", "parentQueue")
+			inUse = inUse || (p == parent && item.GetDeletionTimestamp() == nil)
 		}
-		if err := gone(queues.Delete(ctx, parent, del)); err != nil {
+		if inUse {
+			return nil // a parent still in use keeps its own parent in use too
+		}
+		if q == nil {
+			continue // already gone
+		}
+		if children, _, _ := unstructured.NestedStringSlice(q.Object, "status", "childQueues"); len(children) > 0 {
+			return &DeletePendingError{Waiting: []string{fmt.Sprintf("queue %s: KAI still lists child queue(s) %s in status.childQueues",
+				parent, strings.Join(children, ", "))}}
+		}
+		err = queues.Delete(ctx, parent, metav1.DeleteOptions{})
+		switch {
+		case err == nil || apierrors.IsNotFound(err):
+		case refusedByAdmission(err):
+			// KAI's status lagged behind its webhook's view; ask again later.
+			return &DeletePendingError{Waiting: []string{fmt.Sprintf("queue %s: %v", parent, err)}}
+		default:
 			return fmt.Errorf("hostcluster: delete queue %s: %w", parent, err)
 		}
 	}
-
-	if err := gone(c.kube.CoreV1().Namespaces().Delete(ctx, ns, del)); err != nil {
-		return fmt.Errorf("hostcluster: delete namespace %s: %w", ns, err)
-	}
 	return nil
+}
+
+// refusedByAdmission reports an API error that admission (KAI's webhook,
+// or an admission policy) produced, as opposed to RBAC, which would need a
+// human. The API server reports both as 403 Forbidden; only the message
+// names the webhook or policy, so that is what is matched.
+func refusedByAdmission(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	msg := status.Status().Message
+	return strings.Contains(msg, "admission webhook") || strings.Contains(msg, "ValidatingAdmissionPolicy")
 }
 
 // Capacity sums the allocatable GPUs (nvidia.com/gpu), CPU and memory of

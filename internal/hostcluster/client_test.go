@@ -1,11 +1,14 @@
 package hostcluster
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 )
 
 func TestApplyCreatesEverything(t *testing.T) {
@@ -35,7 +39,8 @@ func TestApplyCreatesEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if nsObj.Labels[LabelTier] != TierShared || nsObj.Labels[LabelVirtualCluster] != name {
+	if nsObj.Labels[LabelTier] != TierShared || nsObj.Labels[LabelVirtualCluster] != name ||
+		nsObj.Labels[KAIQueueLabel] != LeafQueueName(name) || nsObj.Labels[PodSecurityEnforceLabel] != PodSecurityBaseline {
 		t.Errorf("namespace labels %v", nsObj.Labels)
 	}
 
@@ -140,7 +145,7 @@ func (h *harness) snapshot(vc VirtualCluster) map[string]string {
 	}
 	n, err := h.kube.CoreV1().Namespaces().Get(h.ctx, ns, metav1.GetOptions{})
 	add("namespace", n, err)
-	for _, q := range RenderQueues(vc) {
+	for _, q := range RenderQueues(vc, Settings{}) {
 		u, err := h.dyn.Resource(QueueGVR).Get(h.ctx, q.GetName(), metav1.GetOptions{})
 		add("queue/"+q.GetName(), u, err)
 	}
@@ -421,7 +426,7 @@ func TestDeleteLeavesNothingBehind(t *testing.T) {
 			t.Errorf("%s still there (err %v)", what, err)
 		}
 	}
-	for _, q := range RenderQueues(vc) {
+	for _, q := range RenderQueues(vc, Settings{}) {
 		_, err := h.queue(q.GetName())
 		notFound("queue "+q.GetName(), err)
 	}
@@ -590,5 +595,139 @@ func TestGuardrailsWithoutMutatingAdmissionPolicy(t *testing.T) {
 	o, err := h.client.Observe(h.ctx, vc)
 	if err != nil || !o.GuardrailsPresent {
 		t.Errorf("guardrails present %v (%v)", o.GuardrailsPresent, err)
+	}
+}
+
+// KAI's webhook refuses deleting a queue whose status still lists children;
+// when its status lags behind, Delete reports pending instead of failing.
+// A ValidatingAdmissionPolicy stands in for the webhook here.
+func TestDeleteWaitsWhenAdmissionRefusesAParent(t *testing.T) {
+	h := newHarness(t)
+	dept := h.n("kai-webhook")
+	vc := testVC(h.n("kw"), "t1", dept, TierShared)
+	h.apply(vc)
+	team := TeamQueueName(dept, "t1")
+	name := "kai-standin-" + dept
+	adm := h.kube.AdmissionregistrationV1()
+	if _, err := adm.ValidatingAdmissionPolicies().Create(h.ctx, &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionv1.Fail),
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				ResourceNames: []string{team},
+				RuleWithOperations: admissionv1.RuleWithOperations{Operations: []admissionv1.OperationType{admissionv1.Delete},
+					Rule: admissionv1.Rule{APIGroups: []string{QueueGVR.Group}, APIVersions: []string{QueueGVR.Version}, Resources: []string{"queues"}}},
+			}}},
+			Validations: []admissionv1.Validation{{Expression: "false", Message: "queue still has child queues"}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.ValidatingAdmissionPolicyBindings().Create(h.ctx, &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       admissionv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name, ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ { // admission policies load asynchronously: probe with dry runs
+		err := h.dyn.Resource(QueueGVR).Delete(h.ctx, team, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			break
+		}
+		if i == 100 {
+			t.Fatal("stand-in policy never took effect")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	err := h.client.Delete(h.ctx, vc)
+	var pending *DeletePendingError
+	if !errors.As(err, &pending) || !strings.Contains(err.Error(), "queue still has child queues") {
+		t.Fatalf("delete: %v, want pending naming the refusal", err)
+	}
+	if _, err := h.queue(team); err != nil {
+		t.Errorf("team queue must remain while refused: %v", err)
+	}
+	if err := adm.ValidatingAdmissionPolicyBindings().Delete(h.ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		if err = h.client.Delete(h.ctx, vc); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("delete after the refusal ended: %v", err)
+	}
+	for _, q := range []string{team, DepartmentQueueName(dept)} {
+		if _, err := h.queue(q); !apierrors.IsNotFound(err) {
+			t.Errorf("queue %s: %v, want gone", q, err)
+		}
+	}
+	_ = adm.ValidatingAdmissionPolicies().Delete(h.ctx, name, metav1.DeleteOptions{})
+}
+
+// With KAI node pools every pool is its own scheduling shard: queues and
+// KAI pods carry the pool in KAI's node-pool label, and a DEDICATED team's
+// queue is the root of its pool's hierarchy, so fair share stays inside
+// the pool.
+func TestKAINodePools(t *testing.T) {
+	h := newHarness(t)
+	const key = "kai.scheduler/node-pool"
+	s := h.client.settings
+	s.KAINodePoolLabel = key
+	c, err := New(h.config, Options{Settings: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dept := h.n("kai-pools")
+	shared := testVC(h.n("kp-shared"), "t1", dept, TierShared)
+	dedicated := testVC(h.n("kp-ded"), "t2", dept, TierDedicated)
+	for _, vc := range []VirtualCluster{shared, dedicated} {
+		if _, err := c.Apply(h.ctx, vc); err != nil {
+			t.Fatal(err)
+		}
+		h.markQuotaObserved(vc)
+	}
+	for name, want := range map[string]struct{ pool, parent string }{
+		DepartmentQueueName(dept):     {DefaultPool, ""},
+		TeamQueueName(dept, "t1"):     {DefaultPool, DepartmentQueueName(dept)},
+		LeafQueueName(shared.Name):    {DefaultPool, TeamQueueName(dept, "t1")},
+		TeamQueueName(dept, "t2"):     {"dedicated-t2", ""},
+		LeafQueueName(dedicated.Name): {"dedicated-t2", TeamQueueName(dept, "t2")},
+	} {
+		q, err := h.dyn.Resource(QueueGVR).Get(h.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		parent, _, _ := unstructured.NestedString(q.Object, "spec", "parentQueue")
+		if q.GetLabels()[key] != want.pool || parent != want.parent {
+			t.Errorf("queue %s: pool %q parent %q, want %q and %q", name, q.GetLabels()[key], parent, want.pool, want.parent)
+		}
+	}
+	o, err := c.Observe(h.ctx, dedicated)
+	if err != nil || !o.QueuesInSync() || len(o.Queues) != 2 {
+		t.Errorf("observed queues of the DEDICATED virtual cluster: %+v (%v)", o.Queues, err)
+	}
+
+	p, err := h.createPod(dedicated, gpus("1"), kai)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Labels[key] != "dedicated-t2" || p.Labels[KAIQueueLabel] != LeafQueueName(dedicated.Name) {
+		t.Errorf("KAI pod labels %v, want its pool and queue added", p.Labels)
+	}
+	_, err = h.createPod(shared, gpus("1"), kai, func(p *corev1.Pod) { p.Labels[key] = "dedicated-t2" })
+	mustBeDenied(t, "pod naming another KAI node pool", err, `label kai.scheduler/node-pool must be "shared"`, `(got "dedicated-t2")`)
+
+	for _, vc := range []VirtualCluster{dedicated, shared} {
+		if err := c.Delete(h.ctx, vc); err != nil {
+			t.Fatalf("delete %s: %v", vc.Name, err)
+		}
+	}
+	for _, name := range []string{DepartmentQueueName(dept), TeamQueueName(dept, "t1"), TeamQueueName(dept, "t2")} {
+		if _, err := h.queue(name); !apierrors.IsNotFound(err) {
+			t.Errorf("queue %s left: %v", name, err)
+		}
 	}
 }

@@ -8,15 +8,21 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/rest"
 
 	"github.com/gpuplane/gpuplane/internal/devenv/vclusterchart"
+	"github.com/gpuplane/gpuplane/internal/names"
 )
 
 const gib = int64(1) << 30
 
 func testVC(name, team, dept, tier string) VirtualCluster {
+	pool := ""
+	if tier == TierDedicated {
+		pool = names.DedicatedPool(team)
+	}
 	return VirtualCluster{
-		Name: name, Team: team, Department: dept, Tier: tier,
+		Name: name, Team: team, Department: dept, Tier: tier, Pool: pool,
 		AllowFractionalGPUs: tier == TierShared,
 		Leaf: QueueSpec{
 			Quota:           Quantities{GPUCenti: 200, CPUMillis: 16000, MemoryBytes: 64 * gib},
@@ -35,7 +41,7 @@ func TestNamesAreDistinctLabels(t *testing.T) {
 	// The same word at every level must still give three distinct queues.
 	vc := testVC("ml", "ml", "ml", TierShared)
 	names := map[string]bool{}
-	for _, q := range RenderQueues(vc) {
+	for _, q := range RenderQueues(vc, Settings{}) {
 		names[q.GetName()] = true
 	}
 	if len(names) != 3 {
@@ -66,7 +72,7 @@ func TestNamesAreDistinctLabels(t *testing.T) {
 func TestRenderQueuesUnitsAndHierarchy(t *testing.T) {
 	vc := testVC("ml-dev", "vision", "research", TierShared)
 	vc.Leaf.Limit = nil
-	qs := RenderQueues(vc)
+	qs := RenderQueues(vc, Settings{})
 	if len(qs) != 3 {
 		t.Fatalf("got %d queues", len(qs))
 	}
@@ -109,7 +115,7 @@ func TestRenderQueuesUnitsAndHierarchy(t *testing.T) {
 	}
 
 	vc.Leaf.Limit = &Quantities{GPUCenti: 150, CPUMillis: -1, MemoryBytes: 1_999_999}
-	leaf = RenderQueues(vc)[2].Object
+	leaf = RenderQueues(vc, Settings{})[2].Object
 	for path, want := range map[string]float64{"gpu.limit": 1.5, "cpu.limit": -1, "memory.limit": 1} {
 		parts := strings.Split(path, ".")
 		if got, _ := nestedNumber(leaf, "spec", "resources", parts[0], parts[1]); got != want {
@@ -119,20 +125,31 @@ func TestRenderQueuesUnitsAndHierarchy(t *testing.T) {
 }
 
 func TestRenderGuardrails(t *testing.T) {
-	shared := RenderGuardrails(testVC("a", "t", "d", TierShared), true)
-	dedicated := RenderGuardrails(testVC("b", "t", "d", TierDedicated), false)
+	shared := RenderGuardrails(testVC("a", "t", "d", TierShared), Settings{}, true)
+	dedicated := RenderGuardrails(testVC("b", "t", "d", TierDedicated), Settings{}, false)
 	if shared.Mutating == nil || shared.MutatingBinding == nil {
 		t.Fatal("mutating policy missing although supported")
 	}
 	if dedicated.Mutating != nil {
 		t.Fatal("mutating policy rendered although unsupported")
 	}
-	if n, m := len(shared.Validating.Spec.Validations), len(dedicated.Validating.Spec.Validations); m != n+1 {
-		t.Fatalf("dedicated tier should add the shared-GPU rule: %d vs %d validations", n, m)
+	// DEDICATED adds two rules: shared GPUs refused, pods pinned to the pool.
+	if n, m := len(shared.Validating.Spec.Validations), len(dedicated.Validating.Spec.Validations); m != n+2 {
+		t.Fatalf("dedicated tier should add the shared-GPU and pool-pinning rules: %d vs %d validations", n, m)
 	}
-	last := dedicated.Validating.Spec.Validations[len(dedicated.Validating.Spec.Validations)-1]
-	if !strings.Contains(*last.MessageExpression, "DEDICATED") {
-		t.Errorf("dedicated message does not explain the tier: %s", *last.MessageExpression)
+	messages := func(g Guardrails) string {
+		var all []string
+		for _, v := range g.Validating.Spec.Validations {
+			all = append(all, *v.MessageExpression)
+		}
+		return strings.Join(all, "\n")
+	}
+	if m := messages(dedicated); !strings.Contains(m, "DEDICATED tier, and KAI does not isolate GPU memory") ||
+		!strings.Contains(m, `nodeSelector gpuplane.io/pool=dedicated-t`) {
+		t.Errorf("dedicated messages do not explain the tier and pool:\n%s", m)
+	}
+	if m := messages(shared); !strings.Contains(m, `may only use node pool \"shared\"`) || !strings.Contains(m, `allowed: \"train\", \"build-preemptible\"`) {
+		t.Errorf("shared messages do not name the pool and classes:\n%s", m)
 	}
 	sel := shared.ValidatingBinding.Spec.MatchResources.NamespaceSelector.MatchLabels
 	if sel["kubernetes.io/metadata.name"] != "vc-a" {
@@ -140,8 +157,46 @@ func TestRenderGuardrails(t *testing.T) {
 	}
 	noFractions := testVC("c", "t", "d", TierShared)
 	noFractions.AllowFractionalGPUs = false
-	if g := RenderGuardrails(noFractions, true); len(g.Validating.Spec.Validations) != len(shared.Validating.Spec.Validations)+1 {
+	if g := RenderGuardrails(noFractions, Settings{}, true); len(g.Validating.Spec.Validations) != len(shared.Validating.Spec.Validations)+1 {
 		t.Error("SHARED without AllowFractionalGPUs must refuse shared-GPU annotations too")
+	}
+	var syncer bool
+	for _, v := range shared.Validating.Spec.Variables {
+		syncer = syncer || strings.Contains(*v.Expression, `"system:serviceaccount:vc-a:vc-a"`)
+	}
+	if !syncer {
+		t.Error("runai-gpu-group rules must be scoped to the syncer's ServiceAccount vc-a/vc-a")
+	}
+
+	// Profiles are configuration: a tier that lists a node may preset it,
+	// and the Pod Security level follows the profile.
+	s := Settings{TierProfiles: map[string]TierProfile{TierShared: {
+		PodSecurity: PodSecurityRestricted, PresetNodeNames: []string{"fenced-1"}, FractionalGPUs: true,
+	}}}
+	if err := s.ValidateProfiles(); err != nil {
+		t.Fatal(err)
+	}
+	if m := messages(RenderGuardrails(testVC("a", "t", "d", TierShared), s, false)); !strings.Contains(m, `may only preset node(s) \"fenced-1\"`) {
+		t.Errorf("preset node rule ignores the profile:\n%s", m)
+	}
+	if lvl := RenderNamespace(testVC("a", "t", "d", TierShared), s).Labels[PodSecurityEnforceLabel]; lvl != PodSecurityRestricted {
+		t.Errorf("namespace enforces %q, want restricted", lvl)
+	}
+	ns := RenderNamespace(testVC("b", "t", "d", TierDedicated), s).Labels
+	if ns[PodSecurityEnforceLabel] != PodSecurityBaseline || ns[KAIQueueLabel] != "vc-b" {
+		t.Errorf("namespace labels %v", ns)
+	}
+	bad := Settings{TierProfiles: map[string]TierProfile{TierDedicated: {
+		PodSecurity: "privileged", Preemptibility: []string{"sometimes"}, PriorityClasses: []string{"Not_A_Class"},
+	}}}
+	err := bad.ValidateProfiles()
+	for _, want := range []string{`pod security "privileged"`, `preemptibility "sometimes"`, `priority class "Not_A_Class"`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("invalid profile: %v, want it to name %s", err, want)
+		}
+	}
+	if _, err := New(&rest.Config{Host: "https://127.0.0.1:1"}, Options{Settings: bad}); err == nil {
+		t.Error("New must refuse an invalid profile")
 	}
 }
 
@@ -190,11 +245,11 @@ func TestRenderVClusterValues(t *testing.T) {
 		t.Error("syncLabels does not exist from chart 0.21")
 	}
 	pods := v["sync"].(map[string]any)["toHost"].(map[string]any)["pods"].(map[string]any)
-	if tol := pods["enforceTolerations"].([]any); len(tol) != 1 || tol[0] != "gpuplane.io/pool=dedicated:NoSchedule" {
+	if tol := pods["enforceTolerations"].([]any); len(tol) != 1 || tol[0] != "gpuplane.io/pool=dedicated-t:NoSchedule" {
 		t.Errorf("enforceTolerations = %v", tol)
 	}
 	sel := v["sync"].(map[string]any)["fromHost"].(map[string]any)["nodes"].(map[string]any)["selector"].(map[string]any)["labels"]
-	if sel.(map[string]any)["gpuplane.io/pool"] != "dedicated" {
+	if sel.(map[string]any)["gpuplane.io/pool"] != "dedicated-t" {
 		t.Errorf("node selector = %v", sel)
 	}
 }
@@ -253,5 +308,15 @@ func TestParseAllocatedRoundsUp(t *testing.T) {
 	want := Quantities{GPUCenti: 151, CPUMillis: 1, MemoryBytes: 1_500_000}
 	if got == nil || *got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	// JSON numbers arrive as float64 or int64; read exactly, then rounded up
+	// (0.29 devices is 29 hundredths, not 30 from float noise).
+	q = &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{"allocated": map[string]any{
+		"nvidia.com/gpu": 0.29, "cpu": 0.0011, "memory": int64(2_000_001),
+	}}}}
+	got = parseAllocated(q)
+	want = Quantities{GPUCenti: 29, CPUMillis: 2, MemoryBytes: 2_000_001}
+	if got == nil || *got != want {
+		t.Fatalf("numbers: got %+v, want %+v", got, want)
 	}
 }

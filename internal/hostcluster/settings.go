@@ -14,10 +14,16 @@ type Settings struct {
 	// PoolLabel is the node label naming a node's pool. Default
 	// DefaultPoolLabel.
 	PoolLabel string
-	// DedicatedPool is the pool value dedicated-tier virtual clusters are
-	// pinned to; its nodes must carry the label PoolLabel=DedicatedPool and
-	// the taint PoolLabel=DedicatedPool:NoSchedule. Default DedicatedPool.
-	DedicatedPool string
+	// KAINodePoolLabel, when set, maps every node pool to a KAI node pool:
+	// it must be KAI's node-pool label key (KAI's global.nodePoolLabelKey,
+	// by default kai.scheduler/node-pool), with one SchedulingShard per pool
+	// whose partitionLabelValue is the pool's name. Queues and KAI pods
+	// then carry <label>=<pool> (see RenderQueues, RenderGuardrails). Empty:
+	// one KAI scheduler sees every pool.
+	KAINodePoolLabel string
+	// TierProfiles parameterise the admission guardrails and Pod Security
+	// level per isolation tier; tiers not listed get DefaultTierProfiles.
+	TierProfiles map[string]TierProfile
 	// IngressNamespaces may reach tenant pods besides the tenant's own
 	// namespace (ingress controller, gpuplane itself, monitoring).
 	IngressNamespaces []string
@@ -112,9 +118,6 @@ const defaultKubeconfigServer = "https://{name}.{namespace}.svc"
 func (s Settings) withDefaults() Settings {
 	if s.PoolLabel == "" {
 		s.PoolLabel = DefaultPoolLabel
-	}
-	if s.DedicatedPool == "" {
-		s.DedicatedPool = DedicatedPool
 	}
 	if s.KubeconfigServer == "" {
 		s.KubeconfigServer = defaultKubeconfigServer

@@ -37,6 +37,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/gpuplane/gpuplane/internal/names"
 )
 
 // Quantities are resource amounts in the platform's integer units. GPUs are
@@ -61,9 +63,12 @@ type QueueSpec struct {
 
 // VirtualCluster is the desired state of one tenant virtual cluster.
 type VirtualCluster struct {
-	Name                string // DNS-1123 label, unique platform-wide, e.g. "ml-dev"
-	Team, Department    string
-	Tier                string // "SHARED" | "DEDICATED"
+	Name             string // DNS-1123 label, unique platform-wide, e.g. "ml-dev"
+	Team, Department string
+	Tier             string // "SHARED" | "DEDICATED"
+	// Pool is the node pool the virtual cluster's pods run on: the team's
+	// own pool for DEDICATED (required), DefaultPool (or empty) for SHARED.
+	Pool                string
 	AllowFractionalGPUs bool
 	Leaf                QueueSpec
 	TeamQueue           QueueSpec
@@ -99,17 +104,22 @@ const (
 	AnnotationGen       = "gpuplane.io/generation"
 
 	// DefaultPoolLabel names the node pool a node belongs to; nodes without
-	// it are in DefaultPool.
+	// it are in DefaultPool, the pool of SHARED teams. A DEDICATED team's
+	// pool is fenced by the taint <label>=<pool>:NoSchedule and its
+	// virtual clusters are pinned to it (node selector + toleration).
 	DefaultPoolLabel = "gpuplane.io/pool"
-	DefaultPool      = "shared"
-	// DedicatedPool is the pool dedicated-tier virtual clusters are pinned
-	// to (node selector + toleration of the taint
-	// gpuplane.io/pool=dedicated:NoSchedule).
-	DedicatedPool = "dedicated"
+	DefaultPool      = names.SharedPool
 
 	// KAI Scheduler contract (see docs: vcluster-kai-facts).
-	KAISchedulerName    = "kai-scheduler"
-	KAIQueueLabel       = "kai.scheduler/queue"
+	KAISchedulerName = "kai-scheduler"
+	KAIQueueLabel    = "kai.scheduler/queue"
+	// KAI reads a workload's priority class from this pod label before
+	// spec.priorityClassName, and its preemptibility from the other.
+	KAIPriorityLabel       = "priorityClassName"
+	KAIPreemptibilityLabel = "kai.scheduler/preemptibility"
+	// KAIGPUGroupLabel is set by KAI's binder on pods sharing a GPU; the
+	// scheduler and binder read it back to place the pod's GPU share.
+	KAIGPUGroupLabel    = "runai-gpu-group"
 	KAIFractionAnnot    = "gpu-fraction"
 	KAIGPUMemoryAnnot   = "gpu-memory"
 	NvidiaGPUResource   = "nvidia.com/gpu"
@@ -141,7 +151,14 @@ func (vc VirtualCluster) Validate() error {
 	check("team", vc.Team, validation.DNS1123LabelMaxLength)
 	check("department", vc.Department, validation.DNS1123LabelMaxLength)
 	switch vc.Tier {
-	case TierShared, TierDedicated:
+	case TierShared:
+		if vc.Pool != "" && vc.Pool != DefaultPool {
+			problems = append(problems, fmt.Sprintf("pool %q: SHARED virtual clusters run in pool %q", vc.Pool, DefaultPool))
+		}
+	case TierDedicated:
+		if why := names.CheckPool(vc.Pool); why != "" {
+			problems = append(problems, fmt.Sprintf("pool %q: %s", vc.Pool, why))
+		}
 	default:
 		problems = append(problems, fmt.Sprintf("tier %q: must be %s or %s", vc.Tier, TierShared, TierDedicated))
 	}
@@ -157,6 +174,29 @@ func (vc VirtualCluster) Validate() error {
 		return fmt.Errorf("hostcluster: invalid virtual cluster: %s", strings.Join(problems, ", "))
 	}
 	return nil
+}
+
+// pool is the node pool the virtual cluster's pods run on.
+func (vc VirtualCluster) pool() string {
+	if vc.Pool == "" {
+		return DefaultPool
+	}
+	return vc.Pool
+}
+
+// SyncerServiceAccount is the ServiceAccount the vCluster syncer of a
+// virtual cluster runs as, in its host namespace: the chart names it
+// vc-<release> (chart 0.20 and 0.36, templates/serviceaccount.yaml) unless
+// controlPlane.advanced.serviceAccount.name is set, which gpuplane never
+// does. Every tenant pod reaches the host through it.
+func SyncerServiceAccount(vcName string) (namespace, name string) {
+	return NamespaceName(vcName), "vc-" + ReleaseName(vcName)
+}
+
+// SyncerUsername is the syncer's user name in admission requests.
+func SyncerUsername(vcName string) string {
+	ns, name := SyncerServiceAccount(vcName)
+	return "system:serviceaccount:" + ns + ":" + name
 }
 
 // NamespaceName is the host namespace of a virtual cluster.

@@ -33,8 +33,9 @@ const (
 //     kai.scheduler/queue is listed; from 0.21 labels pass through and the
 //     key no longer exists in the schema. Either way the host admission
 //     policies decide which queue a pod may use.
-//   - DEDICATED pins pods to the dedicated pool (node selector + toleration
-//     of its taint) and syncs only those nodes into the virtual cluster.
+//   - DEDICATED pins pods to the team's own node pool (node selector +
+//     toleration of its taint) and syncs only those nodes into the virtual
+//     cluster.
 //   - policies.resourceQuota caps the namespace's requests at the leaf
 //     queue's limit plus room for the control plane; without a limit there
 //     is no CPU/memory/GPU ceiling, because KAI lets the queue borrow idle
@@ -104,14 +105,19 @@ func RenderVClusterValues(vc VirtualCluster, s Settings) map[string]any {
 		"exportKubeConfig": map[string]any{"server": server},
 	}
 	if vc.Tier == TierDedicated {
+		// The team's own pool: the syncer adds the pool's node selector to
+		// every pod that has no node name (the guardrails refuse preset node
+		// names, and require the selector on the syncer's pods) and the
+		// toleration of the pool's taint; only the pool's nodes are synced
+		// into the virtual cluster.
 		values["sync"] = map[string]any{
 			"toHost": map[string]any{"pods": map[string]any{
-				"enforceTolerations": []any{tolerationFor(s)},
+				"enforceTolerations": []any{poolToleration(s.PoolLabel, vc.Pool)},
 			}},
 			"fromHost": map[string]any{"nodes": map[string]any{
 				"enabled":          true,
 				"clearImageStatus": true,
-				"selector":         map[string]any{"labels": map[string]any{s.PoolLabel: s.DedicatedPool}},
+				"selector":         map[string]any{"labels": map[string]any{s.PoolLabel: vc.Pool}},
 			}},
 		}
 	}

@@ -47,3 +47,26 @@ func TestParse(t *testing.T) {
 		t.Error("VirtualCluster name")
 	}
 }
+
+func TestDedicatedPool(t *testing.T) {
+	if got := DedicatedPool("team-b"); got != "dedicated-team-b" {
+		t.Errorf("DedicatedPool(team-b) = %q", got)
+	}
+	long := strings.Repeat("a", 43) + "-" + strings.Repeat("b", 19) // 63 characters, "-" at position 44
+	other := strings.Repeat("a", 43) + "-" + strings.Repeat("c", 19)
+	for _, team := range []string{strings.Repeat("x", 53), strings.Repeat("x", 54), long, strings.Repeat("z", 63)} {
+		p := DedicatedPool(team)
+		if why := CheckPool(p); why != "" {
+			t.Errorf("DedicatedPool(%q) = %q: %s", team, p, why)
+		}
+	}
+	if DedicatedPool(long) == DedicatedPool(other) {
+		t.Error("shortened pools must stay distinct")
+	}
+	if got := DedicatedPool(long); !strings.HasPrefix(got, "dedicated-"+strings.Repeat("a", 43)+"-") || len(got) != 10+43+1+8 {
+		t.Errorf("shortened pool %q", got)
+	}
+	if CheckPool(SharedPool) == "" || CheckPool("Bad_Pool") == "" {
+		t.Error("shared and invalid pools must be refused")
+	}
+}

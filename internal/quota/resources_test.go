@@ -2,6 +2,7 @@ package quota
 
 import (
 	"math"
+	"math/big"
 	"reflect"
 	"testing"
 
@@ -124,16 +125,24 @@ func TestToKAI(t *testing.T) {
 	}
 }
 
+// status.allocated is a Kubernetes resource list (devices, cores, bytes);
+// every amount rounds up to the platform's unit, exactly (no float noise:
+// 0.29 devices is 29 hundredths, not 30).
 func TestAllocatedFromKAIRoundsUp(t *testing.T) {
+	d := DecimalOf
+	huge, _ := new(big.Int).SetString("1000000000000000000000000000000", 10)
 	tests := []struct {
 		name          string
-		gpu, cpu, mem float64
+		gpu, cpu, mem Decimal
 		want          Resources
 	}{
-		{name: "exact", gpu: 0.29, cpu: 1500, mem: 68719.476736, want: Resources{GPU: 29, CPUMillis: 1500, MemoryBytes: 64 << 30}},
-		{name: "partial units round up", gpu: 0.251, cpu: 0.2, mem: 0.0000005, want: Resources{GPU: 26, CPUMillis: 1, MemoryBytes: 1}},
-		{name: "garbage reads as zero", gpu: math.NaN(), cpu: -5, mem: math.Inf(-1)},
-		{name: "huge clamps", gpu: math.Inf(1), cpu: 1e30, mem: 1e30, want: Resources{GPU: MaxGPU, CPUMillis: MaxCPUMillis, MemoryBytes: MaxMemoryBytes}},
+		{name: "exact", gpu: d(29, -2), cpu: d(15, -1), mem: d(64<<30, 0), want: Resources{GPU: 29, CPUMillis: 1500, MemoryBytes: 64 << 30}},
+		{name: "milli GPUs", gpu: d(1505, -3), cpu: d(2, 0), mem: d(1500, 3), want: Resources{GPU: 151, CPUMillis: 2000, MemoryBytes: 1_500_000}},
+		{name: "partial units round up", gpu: d(251, -3), cpu: d(2, -4), mem: d(5, -7), want: Resources{GPU: 26, CPUMillis: 1, MemoryBytes: 1}},
+		{name: "far below one unit is one", gpu: d(1, -90), cpu: d(1, -60), mem: d(3, -50), want: Resources{GPU: 1, CPUMillis: 1, MemoryBytes: 1}},
+		{name: "negative and missing read as zero", gpu: d(-5, 0), cpu: Decimal{}, mem: d(-1, 9)},
+		{name: "huge clamps", gpu: d(1, 60), cpu: Decimal{Unscaled: huge}, mem: d(9, 18),
+			want: Resources{GPU: MaxGPU, CPUMillis: MaxCPUMillis, MemoryBytes: MaxMemoryBytes}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

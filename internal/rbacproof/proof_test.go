@@ -17,13 +17,18 @@ import (
 
 	"github.com/gpuplane/gpuplane/internal/devenv"
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
+	"github.com/gpuplane/gpuplane/internal/names"
 )
 
 const gib = int64(1) << 30
 
 func virtualCluster(name, tier string) hostcluster.VirtualCluster {
+	pool := ""
+	if tier == hostcluster.TierDedicated {
+		pool = names.DedicatedPool("team-" + name)
+	}
 	return hostcluster.VirtualCluster{
-		Name: name, Team: "team-" + name, Department: "dept-" + name, Tier: tier,
+		Name: name, Team: "team-" + name, Department: "dept-" + name, Tier: tier, Pool: pool,
 		AllowFractionalGPUs: tier == hostcluster.TierShared,
 		Leaf: hostcluster.QueueSpec{
 			Quota:           hostcluster.Quantities{GPUCenti: 200, CPUMillis: 16000, MemoryBytes: 64 * gib},
@@ -122,8 +127,8 @@ func workerLifecycle(ctx context.Context, host *hostcluster.Client, vc hostclust
 	if err != nil {
 		return fmt.Errorf("capacity: %w", err)
 	}
-	if strict && pools[hostcluster.DedicatedPool].GPUCenti == 0 {
-		return fmt.Errorf("capacity: no dedicated GPUs in %+v", pools)
+	if strict && pools[names.DedicatedPool("team-b")].GPUCenti == 0 {
+		return fmt.Errorf("capacity: no GPUs in the demo's dedicated pool in %+v", pools)
 	}
 
 	if err := host.Delete(ctx, vc); err != nil {

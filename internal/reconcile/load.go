@@ -52,7 +52,7 @@ func load(ctx context.Context, q store.Querier, id string) (desiredState, error)
 		leaf.Limit = &l
 	}
 	h := hostcluster.VirtualCluster{
-		Name: vc.ID, Team: team.ID, Department: team.Department, Tier: string(team.Tier),
+		Name: vc.ID, Team: team.ID, Department: team.Department, Tier: string(team.Tier), Pool: team.Pool,
 		AllowFractionalGPUs: spec.AllowFractionalGPUs,
 		Leaf:                leaf,
 		TeamQueue:           hostcluster.QueueSpec{Quota: quantities(team.Quota), OverQuotaWeight: 1, Priority: 100},

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -74,7 +75,15 @@ func (w *Worker) reconcile(ctx context.Context, cp *claim) error {
 	case d.vc.Phase == vcs.PhaseDeleting:
 		w.step("delete")
 		if err := w.Host.Delete(ctx, d.host); err != nil {
-			return err
+			var pending *hostcluster.DeletePendingError
+			if !errors.As(err, &pending) {
+				return err
+			}
+			// Parent queues wait for KAI to drop the deleted child from
+			// their status: not a failure, look again soon.
+			w.Log.Info("delete waits for KAI", "virtual_cluster", d.vc.ID, "waiting", pending.Waiting)
+			markRequeued(ctx)
+			return w.later(ctx, c, w.cfg.Poll, nil)
 		}
 		w.step("record-deleted")
 		if err := w.finishDelete(ctx, d); err != nil {

@@ -50,7 +50,7 @@ func (o Fit) Err() error {
 // checkFit computes the fit of a payload for team inside q. For approvals
 // the caller holds the department lock so the answer stays true until
 // commit.
-func (s *Service) checkFit(ctx context.Context, q store.Querier, team tenancy.Team, p Payload, vcID string) (Fit, error) {
+func (s *Service) checkFit(ctx context.Context, q *store.Tx, team tenancy.Team, p Payload, vcID string) (Fit, error) {
 	want, _, accept := p.wanted()
 	switch p.Kind() {
 	case KindCreateVirtualCluster:
@@ -85,6 +85,14 @@ func (s *Service) checkFit(ctx context.Context, q store.Querier, team tenancy.Te
 			return o, err
 		}
 		o.Shortfalls = quota.CheckFitChange([]quota.Node{node}, team.Quota, want)
+		// The team's quota is carved from its node pool too.
+		pool, ok, err := s.tenancy.PoolNode(ctx, q, team.Pool, team.ID)
+		if err != nil {
+			return o, err
+		}
+		if ok {
+			o.Shortfalls = append(o.Shortfalls, quota.CheckFitChange([]quota.Node{pool}, team.Quota, want)...)
+		}
 		children, err := tenancy.ChildrenOfTeam(ctx, q, team.ID)
 		if err != nil {
 			return o, err

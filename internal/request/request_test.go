@@ -37,8 +37,8 @@ func newFixture(t *testing.T) *fixture {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	f := &fixture{t: t, ctx: ctx, db: store.New(storetest.Pool(t)), now: time.Now()}
-	f.svc = request.NewService(f.db, request.Defaults{KubernetesVersion: "v1.31.1", ChartVersion: "0.20.0"}, nil, func() time.Time { return f.now })
 	ten := tenancy.NewService(tenancy.StaticCapacity{GPU: quota.GPUs(16)}, 1, request.TeamHistory{})
+	f.svc = request.NewService(f.db, ten, request.Defaults{KubernetesVersion: "v1.31.1", ChartVersion: "0.20.0"}, nil, func() time.Time { return f.now })
 	f.must(f.db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
 		if _, err := ten.CreateDepartment(ctx, tx, alice, "", tenancy.Department{ID: "research", Budget: quota.Resources{GPU: quota.GPUs(8)}}); err != nil {
 			return err

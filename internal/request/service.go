@@ -45,6 +45,7 @@ func (d Defaults) Apply(spec *virtualcluster.Spec) {
 // Service decides requests.
 type Service struct {
 	db       *store.DB
+	tenancy  *tenancy.Service
 	defaults Defaults
 	log      *slog.Logger
 	now      func() time.Time
@@ -58,15 +59,16 @@ type compiled struct {
 	prg     *policy.Program
 }
 
-// NewService builds the service; now nil is time.Now.
-func NewService(db *store.DB, defaults Defaults, log *slog.Logger, now func() time.Time) *Service {
+// NewService builds the service; now nil is time.Now. ten checks team
+// quotas against their node pool.
+func NewService(db *store.DB, ten *tenancy.Service, defaults Defaults, log *slog.Logger, now func() time.Time) *Service {
 	if log == nil {
 		log = slog.Default()
 	}
 	if now == nil {
 		now = time.Now
 	}
-	return &Service{db: db, defaults: defaults, log: log, now: now}
+	return &Service{db: db, tenancy: ten, defaults: defaults, log: log, now: now}
 }
 
 // Defaults are the configured defaults for new virtual clusters.

@@ -2,6 +2,7 @@ package tenancy
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/gpuplane/gpuplane/internal/errs"
 	"github.com/gpuplane/gpuplane/internal/names"
@@ -31,6 +32,54 @@ func (s *Service) ClusterNode(ctx context.Context, q store.Querier, excludeDept 
 	}
 	used, err := budgetsExcept(ctx, q, excludeDept)
 	return quota.Node{Level: quota.LevelCluster, Name: "cluster", Capacity: capacity, Used: used}, err
+}
+
+// LevelPool is the node-pool level of the hierarchy: a team's quota is
+// carved from the nodes of its pool (the shared pool for SHARED teams, the
+// team's own for DEDICATED ones), next to its department's budget.
+const LevelPool quota.Level = "pool"
+
+// PoolNode is the pool level for a team's quota: capacity = the pool's
+// nodes x overcommit, used = the quotas of the pool's other teams. It locks
+// the pool for the rest of the transaction, so two teams of different
+// departments cannot both take its last free GPUs. ok is false when the
+// capacity source does not know pools.
+func (s *Service) PoolNode(ctx context.Context, tx *store.Tx, pool, excludeTeam string) (node quota.Node, ok bool, err error) {
+	src, known := s.capacity.(PoolCapacitySource)
+	if !known {
+		return quota.Node{}, false, nil
+	}
+	pools, err := src.PoolCapacity(ctx)
+	if err != nil {
+		return quota.Node{}, false, errs.Wrap(err, errs.KindUnavailable, "CAPACITY_UNAVAILABLE", "host capacity is unknown right now; try again")
+	}
+	capacity, err := quota.ClusterCapacity(pools[pool], s.overcommit)
+	if err != nil {
+		return quota.Node{}, false, err
+	}
+	if err := lockPool(ctx, tx, pool); err != nil {
+		return quota.Node{}, false, err
+	}
+	used, err := poolQuotasExcept(ctx, tx, pool, excludeTeam)
+	return quota.Node{Level: LevelPool, Name: pool, Capacity: capacity, Used: used}, true, err
+}
+
+// FitError is quota.FitError, saying also how nodes join a pool that has
+// none of a requested resource.
+func FitError(field string, shortfalls []quota.Shortfall) error {
+	err := quota.FitError(field, shortfalls)
+	e, ok := errs.As(err)
+	if !ok {
+		return err
+	}
+	for _, sf := range shortfalls {
+		if sf.Level == LevelPool && sf.CapacityRaw == 0 {
+			e.Message += fmt.Sprintf("; node pool %q has no %s at all: nodes join it with the label gpuplane.io/pool=%s and the taint gpuplane.io/pool=%s:NoSchedule",
+				sf.Name, sf.Resource, sf.Name, sf.Name)
+			break
+		}
+	}
+	return e
 }
 
 // DepartmentNode is the department level: capacity = budget, used = team quotas except excludeTeam.

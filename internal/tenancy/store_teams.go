@@ -16,11 +16,15 @@ import (
 	"github.com/gpuplane/gpuplane/internal/virtualcluster"
 )
 
-const teamColumns = `id, department_id, display_name, isolation_tier, gpu_centi, cpu_millis, memory_bytes, version, create_time, update_time`
+const teamColumns = `id, department_id, display_name, isolation_tier, node_pool, gpu_centi, cpu_millis, memory_bytes, version, create_time, update_time`
+
+// poolConstraint is the unique index that keeps a dedicated node pool to
+// one team (migration 4).
+const poolConstraint = "teams_dedicated_node_pool"
 
 func scanTeam(row pgx.Row) (Team, error) {
 	var t Team
-	err := row.Scan(&t.ID, &t.Department, &t.DisplayName, &t.Tier, &t.Quota.GPU, &t.Quota.CPUMillis,
+	err := row.Scan(&t.ID, &t.Department, &t.DisplayName, &t.Tier, &t.Pool, &t.Quota.GPU, &t.Quota.CPUMillis,
 		&t.Quota.MemoryBytes, &t.Version, &t.Created, &t.Updated)
 	return t, err
 }
@@ -32,21 +36,43 @@ func GetTeam(ctx context.Context, q store.Querier, id string, lock bool) (Team, 
 
 func insertTeam(ctx context.Context, tx *store.Tx, t Team) (Team, error) {
 	row, err := scanTeam(tx.QueryRow(ctx, `
-		INSERT INTO teams (id, department_id, display_name, isolation_tier, gpu_centi, cpu_millis, memory_bytes)
-		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+teamColumns,
-		t.ID, t.Department, t.DisplayName, t.Tier, t.Quota.GPU, t.Quota.CPUMillis, t.Quota.MemoryBytes))
-	if err != nil && errs.KindOf(store.Classify(err)) == errs.KindAlreadyExists {
+		INSERT INTO teams (id, department_id, display_name, isolation_tier, node_pool, gpu_centi, cpu_millis, memory_bytes)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING `+teamColumns,
+		t.ID, t.Department, t.DisplayName, t.Tier, t.Pool, t.Quota.GPU, t.Quota.CPUMillis, t.Quota.MemoryBytes))
+	switch {
+	case err == nil:
+	case store.ConstraintName(err) == poolConstraint:
+		return row, poolTaken("team.node_pool", t.Pool)
+	case errs.KindOf(store.Classify(err)) == errs.KindAlreadyExists:
 		return row, errs.AlreadyExists(names.Team(t.ID))
 	}
 	return row, err
 }
 
 func updateTeam(ctx context.Context, tx *store.Tx, t Team) (Team, error) {
-	return scanTeam(tx.QueryRow(ctx, `
+	row, err := scanTeam(tx.QueryRow(ctx, `
 		UPDATE teams SET display_name = $2, isolation_tier = $3, gpu_centi = $4, cpu_millis = $5, memory_bytes = $6,
-		       version = version + 1, update_time = now()
+		       node_pool = $7, version = version + 1, update_time = now()
 		 WHERE id = $1 RETURNING `+teamColumns,
-		t.ID, t.DisplayName, t.Tier, t.Quota.GPU, t.Quota.CPUMillis, t.Quota.MemoryBytes))
+		t.ID, t.DisplayName, t.Tier, t.Quota.GPU, t.Quota.CPUMillis, t.Quota.MemoryBytes, t.Pool))
+	if store.ConstraintName(err) == poolConstraint {
+		return row, poolTaken("team.node_pool", t.Pool)
+	}
+	return row, err
+}
+
+const poolLockPrefix = "gpuplane-pool:"
+
+// lockPool serialises quota changes in one node pool until commit.
+func lockPool(ctx context.Context, tx *store.Tx, pool string) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, poolLockPrefix+pool)
+	return err
+}
+
+// poolQuotasExcept sums the quotas of the pool's teams except excludeTeam.
+func poolQuotasExcept(ctx context.Context, q store.Querier, pool, excludeTeam string) (quota.Resources, error) {
+	return sumRow(ctx, q, `SELECT COALESCE(SUM(gpu_centi),0), COALESCE(SUM(cpu_millis),0), COALESCE(SUM(memory_bytes),0)
+		FROM teams WHERE node_pool = $1 AND id <> $2`, pool, excludeTeam)
 }
 
 func setTeamQuota(ctx context.Context, tx *store.Tx, id string, q quota.Resources) (Team, error) {

@@ -2,6 +2,7 @@ package tenancy
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -31,13 +32,55 @@ var Tiers = []Tier{TierShared, TierDedicated}
 // GPU, so a DEDICATED team's quotas are whole GPUs.
 func (t Tier) WholeGPUsOnly() bool { return t == TierDedicated }
 
+// ResolvePool is the node pool of team (of tier) when asked names one
+// ("" = the tier's default), and whether that is a choice other than the
+// default, which only platform admins may make (a pool is physical nodes;
+// the API layer checks who asks). SHARED teams share names.SharedPool; a
+// DEDICATED team has one of its own, names.DedicatedPool(team) by default.
+func ResolvePool(v *errs.Violations, field string, tier Tier, team, asked string) (pool string, custom bool) {
+	switch tier {
+	case TierShared:
+		if asked != "" && asked != names.SharedPool {
+			v.Add(field, "SHARED teams run in the shared pool %q; only DEDICATED teams have a node pool of their own", names.SharedPool)
+		}
+		return names.SharedPool, false
+	case TierDedicated:
+		def := names.DedicatedPool(team)
+		if asked == "" || asked == def {
+			return def, false
+		}
+		if why := names.CheckPool(asked); why != "" {
+			v.Add(field, "%q: %s", asked, why)
+			return "", false
+		}
+		return asked, true
+	}
+	return "", false
+}
+
+// CustomPoolDenied refuses a node pool chosen by someone who is not a
+// platform admin.
+func CustomPoolDenied(team string) error {
+	return errs.PermissionDenied("only platform admins choose a DEDICATED team's node pool; leave node_pool empty for the default %q", names.DedicatedPool(team))
+}
+
+// poolTaken is the error for a node pool another DEDICATED team already has.
+func poolTaken(field, pool string) error {
+	e := errs.FailedPrecondition(errs.ReasonTierViolation, "node pool %q is already dedicated to another team", pool).With("node_pool", pool)
+	e.Violations = []errs.FieldViolation{{Field: field, Description: fmt.Sprintf("node pool %q is already dedicated to another team; choose another one", pool)}}
+	return e
+}
+
 // Team is a stored team.
 type Team struct {
 	ID, Department, DisplayName string
 	Tier                        Tier
-	Quota                       quota.Resources
-	Version                     int64
-	Created, Updated            time.Time
+	// Pool is the team's node pool: names.SharedPool for SHARED teams,
+	// the team's own for DEDICATED ones (ResolvePool).
+	Pool             string
+	Quota            quota.Resources
+	Version          int64
+	Created, Updated time.Time
 }
 
 // Name is the API resource name.
@@ -55,17 +98,23 @@ type teamJSON struct {
 	Etag          string           `json:"etag,omitempty"`
 	CreateTime    *jsonshape.Time  `json:"create_time,omitempty"`
 	UpdateTime    *jsonshape.Time  `json:"update_time,omitempty"`
+	NodePool      string           `json:"node_pool,omitempty"`
 }
 
 // Snapshot renders t as the API does (the Team message), for audit.
 func (t Team) Snapshot() any {
 	return teamJSON{Name: t.Name(), Department: names.Department(t.Department), DisplayName: t.DisplayName,
 		IsolationTier: t.Tier, Quota: jsonshape.QuotaOf(t.Quota), Etag: t.Etag(),
-		CreateTime: &jsonshape.Time{Time: t.Created}, UpdateTime: &jsonshape.Time{Time: t.Updated}}
+		CreateTime: &jsonshape.Time{Time: t.Created}, UpdateTime: &jsonshape.Time{Time: t.Updated}, NodePool: t.Pool}
 }
 
-// CreateTeam stores a team whose quota fits its department's budget.
+// CreateTeam stores a team whose quota fits its department's budget and
+// its node pool (t.Pool, from ResolvePool; empty: the tier's default).
 func (s *Service) CreateTeam(ctx context.Context, tx *store.Tx, actor reqctx.Principal, requestID string, t Team) (Team, error) {
+	if t.Pool == "" {
+		var v errs.Violations
+		t.Pool, _ = ResolvePool(&v, "team.node_pool", t.Tier, t.ID, "")
+	}
 	budget, err := LockDepartment(ctx, tx, t.Department)
 	if err != nil {
 		return t, err
@@ -74,7 +123,13 @@ func (s *Service) CreateTeam(ctx context.Context, tx *store.Tx, actor reqctx.Pri
 	if err != nil {
 		return t, err
 	}
-	if err := quota.FitError("team.quota", quota.CheckFit([]quota.Node{node}, t.Quota)); err != nil {
+	path := []quota.Node{node}
+	if pn, ok, err := s.PoolNode(ctx, tx, t.Pool, t.ID); err != nil {
+		return t, err
+	} else if ok {
+		path = append(path, pn)
+	}
+	if err := FitError("team.quota", quota.CheckFit(path, t.Quota)); err != nil {
 		return t, err
 	}
 	row, err := insertTeam(ctx, tx, t)
@@ -85,8 +140,9 @@ func (s *Service) CreateTeam(ctx context.Context, tx *store.Tx, actor reqctx.Pri
 }
 
 // UpdateTeam locks the department and the team, checks etag, lets change
-// edit a copy, enforces the tier and hierarchy rules and stores it; the
-// team's virtual clusters are re-applied (their parent queue changed).
+// edit a copy, enforces the tier and hierarchy rules (department budget and
+// node pool) and stores it; the team's virtual clusters are re-applied
+// (their parent queue, or their pool, changed).
 func (s *Service) UpdateTeam(ctx context.Context, tx *store.Tx, actor reqctx.Principal, id, dept, etag string, quotaChanges bool, change func(cur Team, next *Team) error) (Team, error) {
 	budget, err := LockDepartment(ctx, tx, dept)
 	if err != nil {
@@ -116,14 +172,28 @@ func (s *Service) UpdateTeam(ctx context.Context, tx *store.Tx, actor reqctx.Pri
 				"%s has %d virtual cluster(s) using fractional GPUs; resize them before moving the team to DEDICATED", cur.Name(), fractional)
 		}
 	}
+	var shortfalls []quota.Shortfall
 	if quotaChanges {
 		node, err := DepartmentNode(ctx, tx, cur.Department, budget, cur.ID)
 		if err != nil {
 			return cur, err
 		}
-		if err := quota.FitError("team.quota", quota.CheckFitChange([]quota.Node{node}, cur.Quota, next.Quota)); err != nil {
+		shortfalls = quota.CheckFitChange([]quota.Node{node}, cur.Quota, next.Quota)
+	}
+	if quotaChanges || next.Pool != cur.Pool {
+		// In a new pool the whole quota must fit, not just its growth.
+		if pn, ok, err := s.PoolNode(ctx, tx, next.Pool, cur.ID); err != nil {
 			return cur, err
+		} else if ok && next.Pool != cur.Pool {
+			shortfalls = append(shortfalls, quota.CheckFit([]quota.Node{pn}, next.Quota)...)
+		} else if ok {
+			shortfalls = append(shortfalls, quota.CheckFitChange([]quota.Node{pn}, cur.Quota, next.Quota)...)
 		}
+	}
+	if err := FitError("team.quota", shortfalls); err != nil {
+		return cur, err
+	}
+	if quotaChanges {
 		children, err := ChildrenOfTeam(ctx, tx, cur.ID)
 		if err != nil {
 			return cur, err

@@ -31,6 +31,31 @@ func (s StaticCapacity) Capacity(context.Context) (quota.Resources, error) {
 	return quota.Resources(s), nil
 }
 
+// PoolCapacitySource is a CapacitySource that also knows the capacity of
+// each node pool. Without one (static capacity from configuration) the
+// pool level is not checked: nothing says which nodes belong to which pool.
+type PoolCapacitySource interface {
+	CapacitySource
+	PoolCapacity(ctx context.Context) (map[string]quota.Resources, error)
+}
+
+// StaticPoolCapacity is a fixed capacity per node pool.
+type StaticPoolCapacity map[string]quota.Resources
+
+// Capacity implements CapacitySource: the sum of the pools.
+func (s StaticPoolCapacity) Capacity(context.Context) (quota.Resources, error) {
+	var total quota.Resources
+	for _, r := range s {
+		total = total.Add(r)
+	}
+	return total, nil
+}
+
+// PoolCapacity implements PoolCapacitySource.
+func (s StaticPoolCapacity) PoolCapacity(context.Context) (map[string]quota.Resources, error) {
+	return s, nil
+}
+
 // TeamHistory removes what a deleted team leaves behind in tables tenancy
 // does not own (finished requests, gone virtual clusters); the audit log
 // keeps the history. internal/request implements it.

@@ -133,10 +133,18 @@ type Team struct {
 	IsolationTier IsolationTier `protobuf:"varint,4,opt,name=isolation_tier,json=isolationTier,proto3,enum=gpuplane.v1.IsolationTier" json:"isolation_tier,omitempty"`
 	// Guaranteed resources of the team; the sum of its virtual clusters'
 	// quotas never exceeds it.
-	Quota         *Quota                 `protobuf:"bytes,5,opt,name=quota,proto3" json:"quota,omitempty"`
-	Etag          string                 `protobuf:"bytes,6,opt,name=etag,proto3" json:"etag,omitempty"`                               // Output only.
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"` // Output only.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"` // Output only.
+	Quota      *Quota                 `protobuf:"bytes,5,opt,name=quota,proto3" json:"quota,omitempty"`
+	Etag       string                 `protobuf:"bytes,6,opt,name=etag,proto3" json:"etag,omitempty"`                               // Output only.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"` // Output only.
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"` // Output only.
+	// The node pool the team's virtual clusters run on: nodes labelled
+	// gpuplane.io/pool=<node_pool>. SHARED teams share the pool "shared"
+	// (nodes without the label belong to it too). A DEDICATED team has a pool
+	// of its own, fenced by the taint gpuplane.io/pool=<node_pool>:NoSchedule,
+	// "dedicated-<team>" unless a platform admin names another; no two
+	// DEDICATED teams share one. The team's quota must fit the pool's nodes.
+	// Empty on create or update: the default for the tier.
+	NodePool      string `protobuf:"bytes,9,opt,name=node_pool,json=nodePool,proto3" json:"node_pool,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -225,6 +233,13 @@ func (x *Team) GetUpdateTime() *timestamppb.Timestamp {
 		return x.UpdateTime
 	}
 	return nil
+}
+
+func (x *Team) GetNodePool() string {
+	if x != nil {
+		return x.NodePool
+	}
+	return ""
 }
 
 // Member binds a user or an OIDC group to a role on a team.
@@ -1358,7 +1373,7 @@ const file_gpuplane_v1_tenancy_proto_rawDesc = "" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xd8\x02\n" +
+	"updateTime\"\xf5\x02\n" +
 	"\x04Team\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
@@ -1371,7 +1386,8 @@ const file_gpuplane_v1_tenancy_proto_rawDesc = "" +
 	"\vcreate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\x90\x02\n" +
+	"updateTime\x12\x1b\n" +
+	"\tnode_pool\x18\t \x01(\tR\bnodePool\"\x90\x02\n" +
 	"\x06Member\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x04user\x18\x02 \x01(\tH\x00R\x04user\x12\x16\n" +

@@ -69,7 +69,7 @@ func teamToProto(t tenancy.Team) *pb.Team {
 	return &pb.Team{
 		Name: t.Name(), Department: names.Department(t.Department), DisplayName: t.DisplayName,
 		IsolationTier: pb.IsolationTier(pb.IsolationTier_value[string(t.Tier)]), Quota: quotaToProto(t.Quota),
-		Etag: t.Etag(), CreateTime: ts(t.Created), UpdateTime: ts(t.Updated),
+		NodePool: t.Pool, Etag: t.Etag(), CreateTime: ts(t.Created), UpdateTime: ts(t.Updated),
 	}
 }
 

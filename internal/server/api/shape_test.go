@@ -98,8 +98,8 @@ func TestAuditSnapshotsMatchTheAPI(t *testing.T) {
 		snapshotIs(t, "department "+d.ID, d.Snapshot(), departmentToProto(d))
 	}
 	for _, tm := range []tenancy.Team{
-		{ID: "team-a", Department: "research", DisplayName: "A", Tier: tenancy.TierShared, Quota: q1, Version: 2, Created: t0, Updated: t1},
-		{ID: "team-b", Department: "research", Tier: tenancy.TierDedicated, Version: 1, Created: t0, Updated: t0},
+		{ID: "team-a", Department: "research", DisplayName: "A", Tier: tenancy.TierShared, Pool: "shared", Quota: q1, Version: 2, Created: t0, Updated: t1},
+		{ID: "team-b", Department: "research", Tier: tenancy.TierDedicated, Pool: "dedicated-team-b", Version: 1, Created: t0, Updated: t0},
 	} {
 		snapshotIs(t, "team "+tm.ID, tm.Snapshot(), teamToProto(tm))
 	}

@@ -68,6 +68,7 @@ func (s *Teams) CreateTeam(ctx context.Context, req *pb.CreateTeamRequest) (*pb.
 	}
 	checkDisplayName(&v, "team.display_name", t.GetDisplayName())
 	tier := parseTier(&v, "team.isolation_tier", t.GetIsolationTier(), true)
+	pool, customPool := tenancy.ResolvePool(&v, "team.node_pool", tier, req.GetTeamId(), t.GetNodePool())
 	q := quotaFromProto(&v, "team.quota", t.GetQuota())
 	if tier.WholeGPUsOnly() && !q.GPU.IsWhole() {
 		v.Add("team.quota.gpu", "DEDICATED teams get whole GPUs only (got %s): KAI does not isolate GPU memory", q.GPU)
@@ -85,11 +86,14 @@ func (s *Teams) CreateTeam(ctx context.Context, req *pb.CreateTeamRequest) (*pb.
 	if !a.CanManageTeam(dept) {
 		return nil, errs.PermissionDenied("only platform admins and admins of %s create teams in it", t.GetDepartment())
 	}
+	if customPool && !a.PlatformAdmin {
+		return nil, tenancy.CustomPoolDenied(req.GetTeamId())
+	}
 	return create(ctx, s.db, a.Principal.Subject, "CreateTeam", req.GetRequestId(), req,
 		func() *pb.Team { return &pb.Team{} },
 		func(ctx context.Context, tx *store.Tx) (*pb.Team, error) {
 			row, err := s.tenancy.CreateTeam(ctx, tx, a.Principal, req.GetRequestId(), tenancy.Team{
-				ID: req.GetTeamId(), Department: dept, DisplayName: t.GetDisplayName(), Tier: tier, Quota: q})
+				ID: req.GetTeamId(), Department: dept, DisplayName: t.GetDisplayName(), Tier: tier, Pool: pool, Quota: q})
 			if err != nil {
 				return nil, err
 			}
@@ -110,7 +114,7 @@ func (s *Teams) UpdateTeam(ctx context.Context, req *pb.UpdateTeamRequest) (*pb.
 	if !a.CanManageTeam(cur.Department) {
 		return nil, errs.PermissionDenied("only platform admins and department admins change teams; team owners ask through a CHANGE_TEAM_QUOTA request")
 	}
-	paths, err := maskPaths(req.GetUpdateMask().GetPaths(), "display_name", "isolation_tier", "quota")
+	paths, err := maskPaths(req.GetUpdateMask().GetPaths(), "display_name", "isolation_tier", "quota", "node_pool")
 	if err != nil {
 		return nil, err
 	}
@@ -137,6 +141,22 @@ func (s *Teams) UpdateTeam(ctx context.Context, req *pb.UpdateTeamRequest) (*pb.
 			}
 			if paths["quota"] {
 				next.Quota = maskedQuota(paths, "quota", cur.Quota, q)
+			}
+			if paths["node_pool"] || next.Tier != cur.Tier {
+				// The pool follows the tier unless node_pool names one.
+				asked := ""
+				if paths["node_pool"] {
+					asked = t.GetNodePool()
+				}
+				var v errs.Violations
+				pool, custom := tenancy.ResolvePool(&v, "team.node_pool", next.Tier, cur.ID, asked)
+				if err := v.Err(); err != nil {
+					return err
+				}
+				if custom && pool != cur.Pool && !a.PlatformAdmin {
+					return tenancy.CustomPoolDenied(cur.ID)
+				}
+				next.Pool = pool
 			}
 			return nil
 		})
