@@ -168,7 +168,7 @@ func TestDevModeChildrenDieWithIt(t *testing.T) {
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			if strings.Contains(sc.Text(), "gpuplane dev is running") {
+			if strings.Contains(sc.Text(), "gpuplane-dev is running") {
 				ready <- true
 			}
 		}
