@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/quota"
+	"github.com/gpuplane/gpuplane/internal/vclusterversions"
 )
 
 // hostConfig returns the host cluster's REST config, or nil when none is
@@ -40,7 +41,19 @@ func hostConfig(cfg Config) (*rest.Config, error) {
 func newHostClient(rc *rest.Config, cfg Config, log *slog.Logger, tp trace.TracerProvider) (*hostcluster.Client, error) {
 	rc = rest.CopyConfig(rc)
 	rc.QPS, rc.Burst = 50, 100
-	settings := hostcluster.Settings{KubeconfigServer: cfg.KubeconfigServer}
+	annotations, err := keyValues("vcluster-exposure-annotations", cfg.ExposureAnnots)
+	if err != nil {
+		return nil, err
+	}
+	settings := hostcluster.Settings{
+		KubeconfigServer:  cfg.KubeconfigServer,
+		IngressNamespaces: splitList(cfg.TenantIngressNS),
+		Exposure: hostcluster.Exposure{Mode: cfg.Exposure, Host: cfg.ExposureHost,
+			IngressClassName: cfg.ExposureClass, Annotations: annotations},
+	}
+	if err := settings.Exposure.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid configuration: %w", err)
+	}
 	oidc, err := vclusterOIDC(cfg)
 	if err != nil {
 		return nil, err
@@ -55,12 +68,32 @@ func newHostClient(rc *rest.Config, cfg Config, log *slog.Logger, tp trace.Trace
 		return nil, err
 	}
 	settings.OIDC = oidc
-	if cfg.VClusterChartDir != "" {
-		settings.Chart = hostcluster.ChartSource{Dir: cfg.VClusterChartDir}
-	} else {
-		settings.Chart = hostcluster.ChartSource{RepoURL: cfg.VClusterChartRepo}
+	if settings.Chart, err = chartSource(cfg); err != nil {
+		return nil, err
 	}
 	return hostcluster.New(rc, hostcluster.Options{Settings: settings, Logger: log, TracerProvider: tp})
+}
+
+// ChartDirsFromModuleCache is the --vcluster-chart-dir value that takes each
+// chart version from the Go module cache.
+const ChartDirsFromModuleCache = "go-module-cache"
+
+// chartSource reads --vcluster-chart-dir and --vcluster-chart-repo.
+func chartSource(cfg Config) (hostcluster.ChartSource, error) {
+	src := hostcluster.ChartSource{RepoURL: cfg.VClusterChartRepo}
+	if strings.TrimSpace(cfg.VClusterChartDir) == ChartDirsFromModuleCache {
+		src.ModuleCache = true
+		return src, nil
+	}
+	dirs, err := keyValues("vcluster-chart-dir", cfg.VClusterChartDir)
+	if err != nil {
+		return src, fmt.Errorf("%w (version=dir pairs, or %s)", err, ChartDirsFromModuleCache)
+	}
+	src.Dirs = map[string]string{}
+	for v, dir := range dirs {
+		src.Dirs[vclusterversions.Normalize(v)] = dir
+	}
+	return src, nil
 }
 
 // vclusterOIDC is the OIDC configuration of the virtual API servers: the

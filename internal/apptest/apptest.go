@@ -25,7 +25,6 @@ import (
 	"github.com/gpuplane/gpuplane/internal/app"
 	"github.com/gpuplane/gpuplane/internal/devenv"
 	"github.com/gpuplane/gpuplane/internal/devenv/oidcdev"
-	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/store/storetest"
 	"github.com/gpuplane/gpuplane/internal/tenancy"
 )
@@ -78,7 +77,7 @@ type Options struct {
 	Now      func() time.Time
 	Config   func(*app.Config)
 	// HostConfig, when set, is the host cluster the server uses (e.g. an
-	// envtest API server). The vCluster chart then comes from the Go module
+	// envtest API server). The vCluster charts then come from the Go module
 	// cache (hostcluster.VClusterChartDir) unless Config sets
 	// VClusterChartDir.
 	HostConfig *rest.Config
@@ -112,13 +111,7 @@ func Start(t testing.TB, o Options) *Env {
 		o.Config(&cfg)
 	}
 	if o.HostConfig != nil && cfg.VClusterChartDir == "" {
-		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		dir, err := hostcluster.VClusterChartDir(cctx)
-		ccancel()
-		if err != nil {
-			t.Fatalf("apptest: vCluster chart: %v", err)
-		}
-		cfg.VClusterChartDir = dir
+		cfg.VClusterChartDir = app.ChartDirsFromModuleCache
 	}
 	logger := o.Logger
 	if logger == nil {

@@ -98,12 +98,13 @@ func Run(ctx context.Context, o Options) error {
 	}
 	cfg.RunWorker = true
 	if cfg.VClusterChartDir == "" {
-		say("locating the vCluster chart in the Go module cache (%s)...", hostcluster.VClusterModule)
-		dir, err := hostcluster.VClusterChartDir(ctx)
-		if err != nil {
+		// Each offered chart version from the Go module cache; the default
+		// one is fetched now so the first virtual cluster does not wait.
+		cfg.VClusterChartDir = app.ChartDirsFromModuleCache
+		say("locating the vCluster chart in the Go module cache (%s)...", hostcluster.VClusterModulePath(cfg.DefaultChartVersion))
+		if _, err := hostcluster.VClusterChartDir(ctx, cfg.DefaultChartVersion); err != nil {
 			return fmt.Errorf("vCluster chart: %w", err)
 		}
-		cfg.VClusterChartDir = dir
 	}
 	a, err := app.New(ctx, cfg, opts)
 	if err != nil {

@@ -69,12 +69,8 @@ func newHarness(t testing.TB) *harness {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	chartDir, err := VClusterChartDir(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := shared.env.RESTConfig()
-	c, err := New(cfg, Options{Settings: Settings{Chart: ChartSource{Dir: chartDir}, IngressNamespaces: []string{"gpuplane-system"}}})
+	c, err := New(cfg, Options{Settings: Settings{Chart: ChartSource{ModuleCache: true}, IngressNamespaces: []string{"gpuplane-system"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

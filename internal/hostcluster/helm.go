@@ -34,42 +34,49 @@ import (
 	rcommon "helm.sh/helm/v4/pkg/release/common"
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
 	"helm.sh/helm/v4/pkg/storage/driver"
+
+	"github.com/gpuplane/gpuplane/internal/vclusterversions"
 )
 
-// ChartSource says where the vCluster chart comes from. Exactly one of Dir
-// and RepoURL is used; Dir wins.
+// ChartSource says where the vCluster chart of each version comes from:
+// Dirs first, then the Go module cache when ModuleCache is set, then
+// RepoURL.
 type ChartSource struct {
-	// Dir is a chart directory or packaged chart on local disk (tests and
-	// dev mode: VClusterChartDir). VirtualCluster.ChartVersion then only
-	// selects the values format and the control plane image tag.
-	Dir string
+	// Dirs maps chart versions to chart directories or packaged charts on
+	// local disk.
+	Dirs map[string]string
+	// ModuleCache takes the chart of version V from the Go module
+	// github.com/loft-sh/vcluster@vV (VClusterChartDir): tests and dev mode.
+	ModuleCache bool
 	// RepoURL is a chart repository (https://charts.loft.sh) or an OCI
-	// reference to the chart itself (oci://host/path/vcluster); the
-	// version is VirtualCluster.ChartVersion.
+	// reference to the chart itself (oci://host/path/vcluster).
 	RepoURL string
 	// Name of the chart in a RepoURL repository. Default "vcluster".
 	Name string
 }
 
-// VClusterModule is the Go module whose source holds the tested chart.
-const VClusterModule = "github.com/loft-sh/vcluster@v0.20.0"
+// VClusterModulePath is the Go module whose source holds chart version v.
+func VClusterModulePath(version string) string {
+	return "github.com/loft-sh/vcluster@v" + vclusterversions.Normalize(version)
+}
 
 var (
 	chartDirMu    sync.Mutex
-	chartDirCache string
+	chartDirCache = map[string]string{}
 )
 
-// VClusterChartDir returns the vCluster 0.20.0 chart inside the Go module
-// cache, downloading the module through the Go module proxy on first use
-// (`go mod download -json`). The chart directory is read-only; Helm only
-// reads it. The result is cached for the life of the process.
-func VClusterChartDir(ctx context.Context) (string, error) {
+// VClusterChartDir returns the chart of a vCluster version inside the Go
+// module cache, downloading the module through the Go module proxy on first
+// use (`go mod download -json`). The chart directory is read-only; Helm
+// only reads it. Results are cached for the life of the process.
+func VClusterChartDir(ctx context.Context, version string) (string, error) {
+	module := VClusterModulePath(version)
 	chartDirMu.Lock()
 	defer chartDirMu.Unlock()
-	if chartDirCache != "" {
-		return chartDirCache, nil
+	if dir := chartDirCache[module]; dir != "" {
+		return dir, nil
 	}
-	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", VClusterModule)
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", module)
 	// Outside any module, so the download never touches a go.mod.
 	cmd.Dir = os.TempDir()
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off", "GO111MODULE=on")
@@ -78,19 +85,19 @@ func VClusterChartDir(ctx context.Context) (string, error) {
 	out, err := cmd.Output()
 	var info struct{ Dir, Error string }
 	if jerr := json.Unmarshal(out, &info); jerr == nil && info.Error != "" {
-		return "", fmt.Errorf("hostcluster: go mod download %s: %s", VClusterModule, info.Error)
+		return "", fmt.Errorf("hostcluster: go mod download %s: %s", module, info.Error)
 	}
 	if err != nil {
-		return "", fmt.Errorf("hostcluster: go mod download %s: %w: %s", VClusterModule, err, strings.TrimSpace(stderr.String()))
+		return "", fmt.Errorf("hostcluster: go mod download %s: %w: %s", module, err, strings.TrimSpace(stderr.String()))
 	}
 	if info.Dir == "" {
-		return "", fmt.Errorf("hostcluster: go mod download %s printed no module directory", VClusterModule)
+		return "", fmt.Errorf("hostcluster: go mod download %s printed no module directory", module)
 	}
 	dir := filepath.Join(info.Dir, "chart")
 	if _, err := os.Stat(filepath.Join(dir, "Chart.yaml")); err != nil {
-		return "", fmt.Errorf("hostcluster: no chart in module %s: %w", VClusterModule, err)
+		return "", fmt.Errorf("hostcluster: no chart in module %s: %w", module, err)
 	}
-	chartDirCache = dir
+	chartDirCache[module] = dir
 	return dir, nil
 }
 
@@ -101,29 +108,33 @@ type loadedChart struct {
 	digest string
 }
 
-func (c *Client) loadChart(version string) (*loadedChart, error) {
+func (c *Client) loadChart(ctx context.Context, version string) (*loadedChart, error) {
 	src := c.settings.Chart
-	key := "dir:" + src.Dir
-	if src.Dir == "" {
-		if src.RepoURL == "" {
-			return nil, errors.New("hostcluster: no chart source configured (Settings.Chart.Dir or RepoURL)")
-		}
-		if version == "" {
-			return nil, errors.New("hostcluster: ChartVersion is required with a chart repository")
-		}
-		key = "repo:" + src.RepoURL + "|" + src.Name + "|" + version
+	version = vclusterversions.Normalize(version)
+	if version == "" {
+		return nil, errors.New("hostcluster: the virtual cluster names no chart version")
 	}
 	c.chartMu.Lock()
 	defer c.chartMu.Unlock()
-	if lc, ok := c.charts[key]; ok {
+	if lc, ok := c.charts[version]; ok {
 		return lc, nil
 	}
-	path := src.Dir
-	if path == "" {
+	var path string
+	switch {
+	case src.Dirs[version] != "":
+		path = src.Dirs[version]
+	case src.ModuleCache:
+		var err error
+		if path, err = VClusterChartDir(ctx, version); err != nil {
+			return nil, err
+		}
+	case src.RepoURL != "":
 		var err error
 		if path, err = c.downloadChart(src, version); err != nil {
 			return nil, err
 		}
+	default:
+		return nil, fmt.Errorf("hostcluster: no source for vCluster chart %s (configure a chart repository, a directory for it, or the Go module cache)", version)
 	}
 	ch, err := loader.Load(path)
 	if err != nil {
@@ -142,7 +153,7 @@ func (c *Client) loadChart(version string) (*loadedChart, error) {
 		h.Write(data[name])
 	}
 	lc := &loadedChart{chart: ch, digest: hex.EncodeToString(h.Sum(nil))}
-	c.charts[key] = lc
+	c.charts[version] = lc
 	return lc, nil
 }
 
@@ -197,7 +208,7 @@ func (c *Client) EnsureRelease(ctx context.Context, vc VirtualCluster) (ReleaseR
 	if err := vc.Validate(); err != nil {
 		return ReleaseResult{}, err
 	}
-	lc, err := c.loadChart(vc.ChartVersion)
+	lc, err := c.loadChart(ctx, vc.ChartVersion)
 	if err != nil {
 		return ReleaseResult{}, err
 	}

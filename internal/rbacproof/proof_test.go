@@ -32,11 +32,22 @@ func virtualCluster(name, tier string) hostcluster.VirtualCluster {
 		},
 		TeamQueue:         hostcluster.QueueSpec{Quota: hostcluster.Quantities{GPUCenti: 800, CPUMillis: 64000, MemoryBytes: 256 * gib}, OverQuotaWeight: 1, Priority: 100},
 		DepartmentQueue:   hostcluster.QueueSpec{Quota: hostcluster.Quantities{GPUCenti: 1600, CPUMillis: 128000, MemoryBytes: 512 * gib}, OverQuotaWeight: 1, Priority: 100},
-		KubernetesVersion: "1.31.1",
-		ChartVersion:      "0.20.0",
+		KubernetesVersion: "v1.36.0",
+		ChartVersion:      defaultChart,
 		Generation:        1,
+		Members: []hostcluster.Member{
+			{Kind: hostcluster.MemberKindUser, Name: "owner@example.com", Role: hostcluster.RoleOwner},
+			{Kind: hostcluster.MemberKindGroup, Name: "readers", Role: hostcluster.RoleViewer},
+		},
 	}
 }
+
+// The chart versions gpuplane offers by default (app.Defaults): new virtual
+// clusters get the first; the second is kept by older ones.
+const (
+	defaultChart = "0.36.1"
+	oldChart     = "0.20.0"
+)
 
 // hostClient is the host cluster client as gpuplane builds it in production
 // (internal/app newHostClient): OIDC for the virtual API servers, with a
@@ -52,7 +63,7 @@ func hostClient(t *testing.T, cfg *rest.Config) *hostcluster.Client {
 		t.Fatal(err)
 	}
 	c, err := hostcluster.New(cfg, hostcluster.Options{Settings: hostcluster.Settings{
-		Chart:             hostcluster.ChartSource{Dir: shared.chart},
+		Chart:             hostcluster.ChartSource{ModuleCache: true},
 		IngressNamespaces: []string{"gpuplane-system"},
 		OIDC:              oidc,
 	}})
@@ -75,8 +86,8 @@ func workerLifecycle(ctx context.Context, host *hostcluster.Client, vc hostclust
 			return fmt.Errorf("%s: apply: %w", stage, err)
 		}
 		if strict {
-			if last := steps[len(steps)-1]; last.Step != hostcluster.StepRelease || !strings.Contains(last.Detail, wantRelease) {
-				return fmt.Errorf("%s: release step %+v, want %q", stage, last, wantRelease)
+			if r, _ := steps.Of(hostcluster.StepRelease); !strings.Contains(r.Detail, wantRelease) {
+				return fmt.Errorf("%s: release step %+v, want %q", stage, r, wantRelease)
 			}
 		}
 		if _, err := host.Observe(ctx, vc); err != nil {
@@ -92,7 +103,12 @@ func workerLifecycle(ctx context.Context, host *hostcluster.Client, vc hostclust
 	if err != nil {
 		return fmt.Errorf("create: the release has no StatefulSet: %w", err)
 	}
-	if err := devenv.MarkControlPlaneReady(ctx, shared.kube, sts); err != nil {
+	if err := devenv.MarkControlPlaneReadyWith(ctx, shared.kube, sts, shared.virtual.Kubeconfig()); err != nil {
+		return err
+	}
+	// The control plane is up: the next reconcile applies the team's RBAC
+	// inside the virtual cluster.
+	if err := apply("control plane up", "unchanged"); err != nil {
 		return err
 	}
 	o, err := host.Observe(ctx, vc)
@@ -237,14 +253,20 @@ func TestChartRolesSuffice(t *testing.T) {
 		}
 		id := newIdentity(t, ctx, g.Namespace, g.ServiceAccount, spec)
 		host := hostClient(t, id.config)
-		for _, tier := range []string{hostcluster.TierShared, hostcluster.TierDedicated} {
-			vc := virtualCluster("full-"+strings.ToLower(tier), tier)
+		// Both tiers on the default chart, and a virtual cluster that kept
+		// chart 0.20.
+		old := virtualCluster("full-old", hostcluster.TierDedicated)
+		old.ChartVersion, old.KubernetesVersion = oldChart, "v1.30.2"
+		for _, vc := range []hostcluster.VirtualCluster{
+			virtualCluster("full-shared", hostcluster.TierShared), virtualCluster("full-dedicated", hostcluster.TierDedicated), old,
+		} {
 			start := time.Now()
 			if err := workerLifecycle(ctx, host, vc, true); err != nil {
 				_, msgs := id.denied.RBAC()
-				t.Fatalf("%s virtual cluster: %v\n403 answers:\n%s", tier, err, strings.Join(msgs, "\n"))
+				t.Fatalf("%s virtual cluster on chart %s: %v\n403 answers:\n%s", vc.Tier, vc.ChartVersion, err, strings.Join(msgs, "\n"))
 			}
-			t.Logf("%s virtual cluster: create, quota change, resync, capacity, delete as %s in %s", tier, id.user, time.Since(start).Round(time.Millisecond))
+			t.Logf("%s virtual cluster on chart %s: create, quota change, resync, capacity, delete as %s in %s",
+				vc.Tier, vc.ChartVersion, id.user, time.Since(start).Round(time.Millisecond))
 			assertGone(t, ctx, vc)
 		}
 		if perms, msgs := id.denied.RBAC(); len(perms) > 0 {

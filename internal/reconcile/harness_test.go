@@ -64,16 +64,15 @@ const (
 var owners = map[string]string{"team-a": "bob", "team-b": "dan"}
 
 type harness struct {
-	t     testing.TB
-	ctx   context.Context
-	api   *envtestenv.Env
-	rc    *rest.Config
-	kube  kubernetes.Interface
-	dyn   dynamic.Interface
-	env   *apptest.Env
-	pool  *pgxpool.Pool
-	chart string
-	log   *slog.Logger
+	t    testing.TB
+	ctx  context.Context
+	api  *envtestenv.Env
+	rc   *rest.Config
+	kube kubernetes.Interface
+	dyn  dynamic.Interface
+	env  *apptest.Env
+	pool *pgxpool.Pool
+	log  *slog.Logger
 }
 
 type harnessOptions struct {
@@ -98,16 +97,12 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 			t.Logf("stopping envtest: %v", err)
 		}
 	})
-	chart, err := hostcluster.VClusterChartDir(sctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancelCtx := context.WithCancel(context.Background())
 	t.Cleanup(cancelCtx)
 	rc := api.RESTConfig()
 	rc.QPS, rc.Burst = 200, 400
 	h := &harness{
-		t: t, ctx: ctx, api: api, rc: rc, chart: chart,
+		t: t, ctx: ctx, api: api, rc: rc,
 		kube: kubernetes.NewForConfigOrDie(rc), dyn: dynamic.NewForConfigOrDie(rc),
 		log: testLogger(t, slog.LevelWarn),
 	}
@@ -148,7 +143,7 @@ func (h *harness) newHost(dial func(ctx context.Context, network, addr string) (
 	rc := rest.CopyConfig(h.rc)
 	rc.QPS, rc.Burst = 50, 100
 	rc.Dial = dial
-	c, err := hostcluster.New(rc, hostcluster.Options{Settings: hostcluster.Settings{Chart: hostcluster.ChartSource{Dir: h.chart}}})
+	c, err := hostcluster.New(rc, hostcluster.Options{Settings: hostcluster.Settings{Chart: hostcluster.ChartSource{ModuleCache: true}}})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -29,6 +29,12 @@ const (
 	CondRelease       = "ReleaseDeployed"
 	CondControlPlane  = "ControlPlaneReady"
 	CondKubeconfig    = "KubeconfigReady"
+	// CondEndpoint: the member-facing address of the virtual API server is
+	// known (a LoadBalancer's address is assigned by the cloud).
+	CondEndpoint = "EndpointReady"
+	// CondTenantAccess: the team's RBAC inside the virtual cluster follows
+	// the member list (true where no OIDC makes it moot).
+	CondTenantAccess = "TenantAccessReady"
 )
 
 func (w *Worker) step(name string) {
@@ -172,7 +178,7 @@ func (w *Worker) writeStatus(ctx context.Context, d desiredState, conds []*pb.Co
 			if obs.Allocated != nil {
 				alloc = quota.Resources{GPU: quota.GPU(obs.Allocated.GPUCenti), CPUMillis: obs.Allocated.CPUMillis, MemoryBytes: obs.Allocated.MemoryBytes}
 			}
-			endpoint = w.Host.Endpoint(d.vc.ID)
+			endpoint = obs.Endpoint
 		}
 		before := cur.Proto()
 		if _, err := tx.Exec(ctx, `UPDATE virtual_clusters SET phase = $2, conditions = $3, observed_generation = $4,
@@ -357,6 +363,9 @@ func describeDrift(o hostcluster.Observed) []string {
 	if o.Release != nil && !o.ReleaseUpToDate {
 		out = append(out, "release values changed")
 	}
+	if tenantAccessReason(o.TenantAccess) == "Drifted" {
+		out = append(out, "team RBAC inside the virtual cluster: "+o.TenantAccess.Detail)
+	}
 	return out
 }
 
@@ -390,6 +399,21 @@ func conditions(prev []*pb.Condition, o hostcluster.Observed, gen int64) []*pb.C
 		setCondition(prev, CondRelease, o.ReleaseDeployed(), why(o.ReleaseDeployed(), "Deployed", "NotDeployed"), releaseMessage(o), gen),
 		setCondition(prev, CondControlPlane, o.ControlPlaneReady, why(o.ControlPlaneReady, "Ready", "Starting"), "", gen),
 		setCondition(prev, CondKubeconfig, o.KubeconfigSecretPresent, why(o.KubeconfigSecretPresent, "Present", "Waiting"), "", gen),
+		setCondition(prev, CondEndpoint, o.Endpoint != "", why(o.Endpoint != "", "Known", "Waiting"), o.Endpoint, gen),
+		setCondition(prev, CondTenantAccess, o.TenantAccessInSync(), tenantAccessReason(o.TenantAccess), o.TenantAccess.Detail, gen),
+	}
+}
+
+func tenantAccessReason(t hostcluster.TenantAccessState) string {
+	switch {
+	case !t.Applicable:
+		return "NotApplicable"
+	case t.InSync:
+		return "InSync"
+	case t.Detail == "" || strings.HasPrefix(t.Detail, "waiting"):
+		return "Waiting"
+	default:
+		return "Drifted"
 	}
 }
 
@@ -406,6 +430,7 @@ func conditionsFromSteps(prev []*pb.Condition, steps hostcluster.Steps, gen int6
 	byStep := map[hostcluster.Step]string{
 		hostcluster.StepNamespace: CondNamespace, hostcluster.StepQueues: CondQueues, hostcluster.StepGuardrails: CondGuardrails,
 		hostcluster.StepNetworkPolicy: CondNetworkPolicy, hostcluster.StepRelease: CondRelease,
+		hostcluster.StepTenantAccess: CondTenantAccess,
 	}
 	out := make([]*pb.Condition, 0, len(steps))
 	for _, s := range steps {
