@@ -320,7 +320,9 @@ func TestChartRolesSuffice(t *testing.T) {
 //
 // The worker runs the DEDICATED lifecycle here: it does everything the
 // SHARED one does (same steps, one more guardrail probe) and also installs
-// the vCluster ClusterRole that syncs the dedicated pool's nodes.
+// the vCluster ClusterRole that syncs the dedicated pool's nodes. It runs
+// it on the default chart and, when that succeeds, on chart 0.20, which
+// existing virtual clusters may still run.
 func TestEveryPermissionIsNeeded(t *testing.T) {
 	env(t)
 	grants := chartGrants(t)
@@ -333,7 +335,16 @@ func TestEveryPermissionIsNeeded(t *testing.T) {
 	}
 	components := []component{
 		{"worker", func(ctx context.Context, host *hostcluster.Client, i int) error {
-			return workerLifecycle(ctx, host, virtualCluster(fmt.Sprintf("minus-%d", i), hostcluster.TierDedicated), false)
+			// A permission is needed when the default chart's lifecycle
+			// fails without it, or else the lifecycle of a virtual cluster
+			// that kept chart 0.20 (its ClusterRole lists node subresources
+			// that 0.36's only gets).
+			if err := workerLifecycle(ctx, host, virtualCluster(fmt.Sprintf("minus-%d", i), hostcluster.TierDedicated), false); err != nil {
+				return err
+			}
+			old := virtualCluster(fmt.Sprintf("minus-old-%d", i), hostcluster.TierDedicated)
+			old.ChartVersion, old.KubernetesVersion = oldChart, "v1.30.2"
+			return workerLifecycle(ctx, host, old, false)
 		}},
 		{"server", func(ctx context.Context, host *hostcluster.Client, _ int) error {
 			return serverLifecycle(ctx, host, "served")
