@@ -160,10 +160,11 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		Pool: a.pool, PlatformAdminGroup: cfg.AdminGroups(), Capacity: capacity, Overcommit: cfg.Overcommit,
 		CorrelationID: server.RequestIDFrom,
 	}
-	a.Approval = &approval.Service{
-		Tenancy: a.Tenancy, DefaultKubernetesVersion: cfg.DefaultKubernetesVersion,
-		DefaultChartVersion: cfg.DefaultChartVersion, Log: a.log, Now: opts.Now,
+	versions, err := cfg.ChartVersions()
+	if err != nil {
+		return nil, err
 	}
+	a.Approval = &approval.Service{Tenancy: a.Tenancy, Versions: versions, Log: a.log, Now: opts.Now}
 	a.server, err = server.New(ctx, server.Config{
 		GRPCAddr: cfg.GRPCAddr, HTTPAddr: cfg.HTTPAddr, Logger: a.log, Auth: verifier, Registry: reg, TracerProvider: tp,
 		Ready: a.ready,

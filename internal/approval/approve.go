@@ -152,19 +152,25 @@ func (s *Service) approve(ctx context.Context, tx pgx.Tx, r *RequestRow, actor i
 	state := StateApproved
 	switch d.kind {
 	case pb.Request_CREATE_VIRTUAL_CLUSTER.String():
-		gen, err := s.moveVirtualCluster(ctx, tx, actor, team.Department, d.vcID, PhaseProvisioning, false, nil, nil)
+		gen, err := s.moveVirtualCluster(ctx, tx, actor, team.Department, d.vcID, PhaseProvisioning, false, nil, nil, "", "")
 		if err != nil {
 			return err
 		}
 		target = &gen
 	case pb.Request_CHANGE_VIRTUAL_CLUSTER_QUOTA.String():
-		gen, err := s.moveVirtualCluster(ctx, tx, actor, team.Department, d.vcID, PhaseProvisioning, true, &d.quota, d.limit)
+		gen, err := s.moveVirtualCluster(ctx, tx, actor, team.Department, d.vcID, PhaseProvisioning, true, &d.quota, d.limit, "", "")
 		if err != nil {
 			return err
 		}
 		target = &gen
 	case pb.Request_DELETE_VIRTUAL_CLUSTER.String():
-		gen, err := s.moveVirtualCluster(ctx, tx, actor, team.Department, d.vcID, PhaseDeleting, true, nil, nil)
+		gen, err := s.moveVirtualCluster(ctx, tx, actor, team.Department, d.vcID, PhaseDeleting, true, nil, nil, "", "")
+		if err != nil {
+			return err
+		}
+		target = &gen
+	case pb.Request_CHANGE_VIRTUAL_CLUSTER_VERSION.String():
+		gen, err := s.moveVirtualCluster(ctx, tx, actor, team.Department, d.vcID, PhaseProvisioning, true, nil, nil, d.chart, d.kubernetes)
 		if err != nil {
 			return err
 		}
@@ -221,10 +227,11 @@ func (s *Service) approve(ctx context.Context, tx pgx.Tx, r *RequestRow, actor i
 	})
 }
 
-// moveVirtualCluster changes phase (and quota), bumps the generation when
-// the desired state changed, and enqueues reconcile work. It returns the
-// generation the host must reach.
-func (s *Service) moveVirtualCluster(ctx context.Context, tx pgx.Tx, actor identity.Principal, dept, id, phase string, bump bool, q, limit *quota.Resources) (int64, error) {
+// moveVirtualCluster changes phase (and quota, and chart and Kubernetes
+// version when not empty), bumps the generation when the desired state
+// changed, and enqueues reconcile work. It returns the generation the host
+// must reach.
+func (s *Service) moveVirtualCluster(ctx context.Context, tx pgx.Tx, actor identity.Principal, dept, id, phase string, bump bool, q, limit *quota.Resources, chart, kubernetes string) (int64, error) {
 	vc, err := GetVirtualClusterRow(ctx, tx, id, true)
 	if err != nil {
 		return 0, err
@@ -251,9 +258,10 @@ func (s *Service) moveVirtualCluster(ctx context.Context, tx pgx.Tx, actor ident
 	row, err := ScanVirtualCluster(tx.QueryRow(ctx, `
 		UPDATE virtual_clusters SET phase = $2, gpu_centi = $3, cpu_millis = $4, memory_bytes = $5,
 		       limit_gpu_centi = $6, limit_cpu_millis = $7, limit_memory_bytes = $8,
-		       generation = generation + $9, status_message = '', version = version + 1, update_time = now()
+		       generation = generation + $9, status_message = '', version = version + 1, update_time = now(),
+		       chart_version = COALESCE(NULLIF($10, ''), chart_version), kubernetes_version = COALESCE(NULLIF($11, ''), kubernetes_version)
 		 WHERE id = $1 RETURNING `+VirtualClusterColumns,
-		id, phase, next.Quota.GPU, next.Quota.CPUMillis, next.Quota.MemoryBytes, lg, lc, lm, inc))
+		id, phase, next.Quota.GPU, next.Quota.CPUMillis, next.Quota.MemoryBytes, lg, lc, lm, inc, chart, kubernetes))
 	if err != nil {
 		return 0, err
 	}
@@ -341,6 +349,14 @@ func (s *Service) policyInput(ctx context.Context, tx pgx.Tx, r RequestRow, team
 			return in, err
 		}
 		current = vc.Quota
+		in.Request.FractionalGPUs = vc.AllowFractionalGPUs
+	case pb.Request_CHANGE_VIRTUAL_CLUSTER_VERSION.String():
+		// No resources change: the quantities are the current ones.
+		vc, err := GetVirtualClusterRow(ctx, tx, d.vcID, false)
+		if err != nil {
+			return in, err
+		}
+		current, d.quota = vc.Quota, vc.Quota
 		in.Request.FractionalGPUs = vc.AllowFractionalGPUs
 	case pb.Request_CHANGE_TEAM_QUOTA.String():
 		current = team.Quota

@@ -21,6 +21,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/store/filter"
 	"github.com/gpuplane/gpuplane/internal/tenancy"
+	"github.com/gpuplane/gpuplane/internal/vclusterversions"
 )
 
 // Requests implements pb.RequestServiceServer.
@@ -90,6 +91,8 @@ func (r RequestRow) Proto() *pb.Request {
 		out.Payload = p
 	case *pb.Request_DeleteVirtualCluster:
 		out.Payload = p
+	case *pb.Request_ChangeVirtualClusterVersion:
+		out.Payload = p
 	}
 	if r.DecideTime != nil {
 		out.DecideTime = timestamppb.New(*r.DecideTime)
@@ -147,7 +150,25 @@ type desired struct {
 	quota  quota.Resources        // create, change vc quota, change team quota
 	limit  *quota.Resources       // create, change vc quota
 	accept bool                   // accept preemption
+	// chart and kubernetes are the resolved versions of a version change.
+	chart, kubernetes string
 	stored *pb.Request            // payload as stored
+}
+
+// RunaiGPUGroupLabel is the label KAI's binder puts on host pods sharing a
+// GPU (docs/vcluster-verification.md).
+const RunaiGPUGroupLabel = "runai-gpu-group"
+
+// addVersionProblems turns vCluster version problems into violations of
+// <prefix>.chart_version / .kubernetes_version.
+func addVersionProblems(v *errs.Violations, prefix string, problems []vclusterversions.Problem) {
+	for _, p := range problems {
+		field := ".chart_version"
+		if p.Field == "kubernetes" {
+			field = ".kubernetes_version"
+		}
+		v.Add(prefix+field, "%s", p.Message)
+	}
 }
 
 func (s *Service) validatePayload(ctx context.Context, q tenancy.Querier, team tenancy.TeamRow, r *pb.Request) (desired, error) {
@@ -217,6 +238,13 @@ func (s *Service) validatePayload(ctx context.Context, q tenancy.Querier, team t
 				v.Add(f+field, "must be a plain version string")
 			}
 		}
+		versions, problems := s.Versions.Resolve(spec.GetChartVersion(), spec.GetKubernetesVersion())
+		addVersionProblems(&v, f, problems)
+		if spec.GetAllowFractionalGpus() && len(problems) == 0 && !versions.Release.HostLabelsSurvive {
+			v.Add(f+".allow_fractional_gpus", "not available with vCluster chart %s: its syncer rebuilds the labels of host pods on every update "+
+				"and drops %s, the GPU-sharing group KAI's binder sets on the host pod, so pods sharing a GPU would lose track of it; "+
+				"use chart %s", versions.Release.Chart, RunaiGPUGroupLabel, s.Versions.DefaultChart())
+		}
 		if et := spec.GetExpireTime(); et != nil {
 			if err := et.CheckValid(); err != nil {
 				v.Add(f+".expire_time", "%v", err)
@@ -240,12 +268,7 @@ func (s *Service) validatePayload(ctx context.Context, q tenancy.Querier, team t
 		if norm.Priority == 0 {
 			norm.Priority = 100
 		}
-		if norm.KubernetesVersion == "" {
-			norm.KubernetesVersion = s.DefaultKubernetesVersion
-		}
-		if norm.ChartVersion == "" {
-			norm.ChartVersion = s.DefaultChartVersion
-		}
+		norm.ChartVersion, norm.KubernetesVersion = versions.Release.Chart, versions.Kubernetes
 		if d.limit != nil {
 			norm.Limit = tenancy.QuotaToProto(*d.limit)
 		}
@@ -324,8 +347,37 @@ func (s *Service) validatePayload(ctx context.Context, q tenancy.Querier, team t
 			return d, errs.FailedPrecondition(errs.ReasonInvalidTransition, "%s is %s and cannot be deleted now", c.GetVirtualCluster(), vc.Phase)
 		}
 		d.stored.Payload = &pb.Request_DeleteVirtualCluster{DeleteVirtualCluster: &pb.DeleteVirtualClusterPayload{VirtualCluster: c.GetVirtualCluster()}}
+	case *pb.Request_ChangeVirtualClusterVersion:
+		d.kind = pb.Request_CHANGE_VIRTUAL_CLUSTER_VERSION.String()
+		c := p.ChangeVirtualClusterVersion
+		f := "request.change_virtual_cluster_version"
+		vcTeam, vcID, err := names.ParseVirtualCluster(f+".virtual_cluster", c.GetVirtualCluster())
+		if err != nil {
+			return d, err
+		}
+		if vcTeam != team.ID {
+			v.Add(f+".virtual_cluster", "must belong to %s", names.Team(team.ID))
+			return d, v.Err()
+		}
+		d.vcID = vcID
+		vc, err := GetVirtualClusterRow(ctx, q, vcID, false)
+		if err != nil || vc.Team != team.ID {
+			return d, errs.NotFound(c.GetVirtualCluster())
+		}
+		if !isLive(vc.Phase) {
+			return d, errs.FailedPrecondition(errs.ReasonInvalidTransition, "%s is %s; only a provisioned virtual cluster can be upgraded", c.GetVirtualCluster(), vc.Phase)
+		}
+		to, problems := s.Versions.Upgrade(vc.ChartVersion, vc.KubernetesVersion, c.GetChartVersion(), c.GetKubernetesVersion())
+		addVersionProblems(&v, f, problems)
+		if len(problems) == 0 && to.Release.Chart == vclusterversions.Normalize(vc.ChartVersion) && to.Kubernetes == vc.KubernetesVersion {
+			v.Add(f+".chart_version", "%s already runs vCluster chart %s with Kubernetes %s; name a newer chart_version or kubernetes_version",
+				c.GetVirtualCluster(), to.Release.Chart, to.Kubernetes)
+		}
+		d.chart, d.kubernetes = to.Release.Chart, to.Kubernetes
+		d.stored.Payload = &pb.Request_ChangeVirtualClusterVersion{ChangeVirtualClusterVersion: &pb.ChangeVirtualClusterVersionPayload{
+			VirtualCluster: c.GetVirtualCluster(), ChartVersion: d.chart, KubernetesVersion: d.kubernetes}}
 	default:
-		v.Add("request.payload", "set one of create_virtual_cluster, change_virtual_cluster_quota, change_team_quota, delete_virtual_cluster")
+		v.Add("request.payload", "set one of create_virtual_cluster, change_virtual_cluster_quota, change_team_quota, delete_virtual_cluster, change_virtual_cluster_version")
 	}
 	return d, v.Err()
 }
@@ -355,6 +407,8 @@ func desiredFromRow(r RequestRow) desired {
 	case *pb.Request_ChangeTeamQuota:
 		d.quota = tenancy.QuotaFromProto(&v, "", p.ChangeTeamQuota.GetQuota())
 		d.accept = p.ChangeTeamQuota.GetAcceptPreemption()
+	case *pb.Request_ChangeVirtualClusterVersion:
+		d.chart, d.kubernetes = p.ChangeVirtualClusterVersion.GetChartVersion(), p.ChangeVirtualClusterVersion.GetKubernetesVersion()
 	}
 	return d
 }
@@ -477,7 +531,7 @@ func (s *Requests) GetRequest(ctx context.Context, req *pb.GetRequestRequest) (*
 
 var requestFilter = filter.Schema{
 	"state":      {Column: "state", Type: filter.Enum, Enum: []string{StatePending, StateApproved, StateRejected, StateCancelled, StateApplied, StateFailed}},
-	"kind":       {Column: "kind", Type: filter.Enum, Enum: []string{"CREATE_VIRTUAL_CLUSTER", "CHANGE_VIRTUAL_CLUSTER_QUOTA", "CHANGE_TEAM_QUOTA", "DELETE_VIRTUAL_CLUSTER"}},
+	"kind":       {Column: "kind", Type: filter.Enum, Enum: []string{"CREATE_VIRTUAL_CLUSTER", "CHANGE_VIRTUAL_CLUSTER_QUOTA", "CHANGE_TEAM_QUOTA", "DELETE_VIRTUAL_CLUSTER", "CHANGE_VIRTUAL_CLUSTER_VERSION"}},
 	"team":       {Column: "team_id", Type: filter.String, Strip: "teams/"},
 	"department": {Column: "department_id", Type: filter.String, Strip: "departments/"},
 	"requester":  {Column: "requester", Type: filter.String},

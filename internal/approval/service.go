@@ -8,15 +8,17 @@ import (
 
 	"github.com/gpuplane/gpuplane/internal/policy"
 	"github.com/gpuplane/gpuplane/internal/tenancy"
+	"github.com/gpuplane/gpuplane/internal/vclusterversions"
 )
 
 // Service holds what requests, policies and virtual clusters share.
 type Service struct {
-	Tenancy                  *tenancy.Service
-	DefaultKubernetesVersion string
-	DefaultChartVersion      string
-	Log                      *slog.Logger
-	Now                      func() time.Time
+	Tenancy *tenancy.Service
+	// Versions are the vCluster chart and Kubernetes versions requests may
+	// name, with the defaults for requests that name none.
+	Versions vclusterversions.Catalog
+	Log      *slog.Logger
+	Now      func() time.Time
 
 	// CAFetcher returns the PEM CA bundle of a virtual cluster's API server
 	// (kubeconfig.go). Nil: kubeconfigs carry no CA; an error: the CA is
