@@ -14,6 +14,9 @@ run: envtest
 ## test: all tests against real PostgreSQL, a real kube-apiserver and a real OIDC issuer
 test: envtest
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test $(GO_TEST_FLAGS) ./...
+	@# vCluster's pod syncer, imported at the default chart version in its own
+	@# module (docs/vcluster-verification.md); first run builds vCluster's deps.
+	cd test/vclusterproof && go test $(GO_TEST_FLAGS) ./...
 
 ## bench: the benchmarks behind the numbers in the closing notes
 bench: envtest
@@ -46,6 +49,7 @@ check-generated: generate
 
 lint:
 	go vet ./...
+	cd test/vclusterproof && go vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^api/'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go' | grep -v '^api/'); exit 1)
 
 clean:
