@@ -241,10 +241,10 @@ func TestRenderFull(t *testing.T) {
 		"GPUPLANE_PLATFORM_ADMIN_GROUPS": "platform-admins,sre", "GPUPLANE_OVERCOMMIT": "1.5",
 		"GPUPLANE_VCLUSTER_KUBECONFIG_SERVER": "https://{name}.{namespace}.gpu.example.com",
 		"GPUPLANE_WORKER_CONCURRENCY":         "8", "GPUPLANE_RESYNC_INTERVAL": "10m",
-		"GPUPLANE_VCLUSTER_CHART_VERSIONS":    "0.36.1,0.20.0", "GPUPLANE_DEFAULT_CHART_VERSION": "0.36.1",
-		"GPUPLANE_TENANT_INGRESS_NAMESPACES":  "ingress-nginx,monitoring,gpuplane-system",
-		"GPUPLANE_VCLUSTER_EXPOSURE":          "Ingress", "GPUPLANE_VCLUSTER_EXPOSURE_HOST": "{name}.vc.example.com",
-		"GPUPLANE_VCLUSTER_INGRESS_CLASS":     "nginx",
+		"GPUPLANE_VCLUSTER_CHART_VERSIONS": "0.36.1,0.20.0", "GPUPLANE_DEFAULT_CHART_VERSION": "0.36.1",
+		"GPUPLANE_TENANT_INGRESS_NAMESPACES": "ingress-nginx,monitoring,gpuplane-system",
+		"GPUPLANE_VCLUSTER_EXPOSURE":         "Ingress", "GPUPLANE_VCLUSTER_EXPOSURE_HOST": "{name}.vc.example.com",
+		"GPUPLANE_VCLUSTER_INGRESS_CLASS": "nginx",
 		"GPUPLANE_VCLUSTER_EXPOSURE_ANNOTATIONS": "nginx.ingress.kubernetes.io/backend-protocol=HTTPS," +
 			"nginx.ingress.kubernetes.io/ssl-passthrough=true",
 	} {

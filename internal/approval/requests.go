@@ -152,7 +152,7 @@ type desired struct {
 	accept bool                   // accept preemption
 	// chart and kubernetes are the resolved versions of a version change.
 	chart, kubernetes string
-	stored *pb.Request            // payload as stored
+	stored            *pb.Request // payload as stored
 }
 
 // RunaiGPUGroupLabel is the label KAI's binder puts on host pods sharing a
