@@ -280,13 +280,9 @@ func (s *Service) validatePayload(ctx context.Context, q tenancy.Querier, team t
 		d.kind = pb.Request_CHANGE_VIRTUAL_CLUSTER_QUOTA.String()
 		c := p.ChangeVirtualClusterQuota
 		f := "request.change_virtual_cluster_quota"
-		vcTeam, vcID, err := names.ParseVirtualCluster(f+".virtual_cluster", c.GetVirtualCluster())
+		vcID, err := teamVirtualCluster(&v, team, f+".virtual_cluster", c.GetVirtualCluster())
 		if err != nil {
 			return d, err
-		}
-		if vcTeam != team.ID {
-			v.Add(f+".virtual_cluster", "must belong to %s", names.Team(team.ID))
-			return d, v.Err()
 		}
 		d.vcID = vcID
 		d.quota = tenancy.QuotaFromProto(&v, f+".quota", c.GetQuota())
@@ -299,12 +295,9 @@ func (s *Service) validatePayload(ctx context.Context, q tenancy.Querier, team t
 		if err := v.Err(); err != nil {
 			return d, err
 		}
-		vc, err := GetVirtualClusterRow(ctx, q, vcID, false)
-		if err != nil || vc.Team != team.ID {
-			return d, errs.NotFound(c.GetVirtualCluster())
-		}
-		if !isLive(vc.Phase) {
-			return d, errs.FailedPrecondition(errs.ReasonInvalidTransition, "%s is %s; only a provisioned virtual cluster can be resized", c.GetVirtualCluster(), vc.Phase)
+		vc, err := liveVirtualCluster(ctx, q, team, c.GetVirtualCluster(), vcID, "only a provisioned virtual cluster can be resized")
+		if err != nil {
+			return d, err
 		}
 		if !d.quota.GPU.IsWhole() && !vc.AllowFractionalGPUs {
 			v.Add(f+".quota.gpu", "a fractional GPU quota (%s) needs a virtual cluster created with allow_fractional_gpus", d.quota.GPU)
@@ -330,42 +323,27 @@ func (s *Service) validatePayload(ctx context.Context, q tenancy.Querier, team t
 		d.kind = pb.Request_DELETE_VIRTUAL_CLUSTER.String()
 		c := p.DeleteVirtualCluster
 		f := "request.delete_virtual_cluster.virtual_cluster"
-		vcTeam, vcID, err := names.ParseVirtualCluster(f, c.GetVirtualCluster())
+		vcID, err := teamVirtualCluster(&v, team, f, c.GetVirtualCluster())
 		if err != nil {
 			return d, err
 		}
-		if vcTeam != team.ID {
-			v.Add(f, "must belong to %s", names.Team(team.ID))
-			return d, v.Err()
-		}
 		d.vcID = vcID
-		vc, err := GetVirtualClusterRow(ctx, q, vcID, false)
-		if err != nil || vc.Team != team.ID {
-			return d, errs.NotFound(c.GetVirtualCluster())
-		}
-		if !isLive(vc.Phase) {
-			return d, errs.FailedPrecondition(errs.ReasonInvalidTransition, "%s is %s and cannot be deleted now", c.GetVirtualCluster(), vc.Phase)
+		if _, err := liveVirtualCluster(ctx, q, team, c.GetVirtualCluster(), vcID, "it cannot be deleted now"); err != nil {
+			return d, err
 		}
 		d.stored.Payload = &pb.Request_DeleteVirtualCluster{DeleteVirtualCluster: &pb.DeleteVirtualClusterPayload{VirtualCluster: c.GetVirtualCluster()}}
 	case *pb.Request_ChangeVirtualClusterVersion:
 		d.kind = pb.Request_CHANGE_VIRTUAL_CLUSTER_VERSION.String()
 		c := p.ChangeVirtualClusterVersion
 		f := "request.change_virtual_cluster_version"
-		vcTeam, vcID, err := names.ParseVirtualCluster(f+".virtual_cluster", c.GetVirtualCluster())
+		vcID, err := teamVirtualCluster(&v, team, f+".virtual_cluster", c.GetVirtualCluster())
 		if err != nil {
 			return d, err
 		}
-		if vcTeam != team.ID {
-			v.Add(f+".virtual_cluster", "must belong to %s", names.Team(team.ID))
-			return d, v.Err()
-		}
 		d.vcID = vcID
-		vc, err := GetVirtualClusterRow(ctx, q, vcID, false)
-		if err != nil || vc.Team != team.ID {
-			return d, errs.NotFound(c.GetVirtualCluster())
-		}
-		if !isLive(vc.Phase) {
-			return d, errs.FailedPrecondition(errs.ReasonInvalidTransition, "%s is %s; only a provisioned virtual cluster can be upgraded", c.GetVirtualCluster(), vc.Phase)
+		vc, err := liveVirtualCluster(ctx, q, team, c.GetVirtualCluster(), vcID, "only a provisioned virtual cluster can be upgraded")
+		if err != nil {
+			return d, err
 		}
 		to, problems := s.Versions.Upgrade(vc.ChartVersion, vc.KubernetesVersion, c.GetChartVersion(), c.GetKubernetesVersion())
 		addVersionProblems(&v, f, problems)
@@ -380,6 +358,34 @@ func (s *Service) validatePayload(ctx context.Context, q tenancy.Querier, team t
 		v.Add("request.payload", "set one of create_virtual_cluster, change_virtual_cluster_quota, change_team_quota, delete_virtual_cluster, change_virtual_cluster_version")
 	}
 	return d, v.Err()
+}
+
+// teamVirtualCluster parses the virtual cluster a request names (field),
+// which must belong to the requesting team.
+func teamVirtualCluster(v *errs.Violations, team tenancy.TeamRow, field, name string) (string, error) {
+	vcTeam, vcID, err := names.ParseVirtualCluster(field, name)
+	if err != nil {
+		return "", err
+	}
+	if vcTeam != team.ID {
+		v.Add(field, "must belong to %s", names.Team(team.ID))
+		return "", v.Err()
+	}
+	return vcID, nil
+}
+
+// liveVirtualCluster loads the team's virtual cluster a request acts on:
+// NOT_FOUND unless it is the team's, FAILED_PRECONDITION (saying why) unless
+// it is provisioned.
+func liveVirtualCluster(ctx context.Context, q tenancy.Querier, team tenancy.TeamRow, name, vcID, why string) (VirtualClusterRow, error) {
+	vc, err := GetVirtualClusterRow(ctx, q, vcID, false)
+	if err != nil || vc.Team != team.ID {
+		return vc, errs.NotFound(name)
+	}
+	if !isLive(vc.Phase) {
+		return vc, errs.FailedPrecondition(errs.ReasonInvalidTransition, "%s is %s; %s", name, vc.Phase, why)
+	}
+	return vc, nil
 }
 
 // desiredFromRow rebuilds the validated payload of a stored request.

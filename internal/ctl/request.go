@@ -221,21 +221,10 @@ func (c *cli) requestDeleteCmd() *cobra.Command {
 		Example: `  gpuplanectl request delete ml-dev --justification "project done"`,
 		Args:    exactArgs(1, "the virtual cluster"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			api, err := c.api(ctx)
-			if err != nil {
-				return err
-			}
-			cctx, cancel := c.call(ctx)
-			name, err := c.resolveVC(cctx, api, args[0], common.team)
-			cancel()
-			if err != nil {
-				return err
-			}
-			team := strings.Join(strings.Split(name, "/")[:2], "/")
-			_, err = c.createRequest(ctx, api, common, &pb.Request{Team: team, Payload: &pb.Request_DeleteVirtualCluster{
-				DeleteVirtualCluster: &pb.DeleteVirtualClusterPayload{VirtualCluster: name}}})
-			return err
+			return c.requestOnVC(cmd.Context(), common, args[0], func(name string) *pb.Request {
+				return &pb.Request{Payload: &pb.Request_DeleteVirtualCluster{
+					DeleteVirtualCluster: &pb.DeleteVirtualClusterPayload{VirtualCluster: name}}}
+			})
 		},
 	}
 	common.bind(cmd)
@@ -258,28 +247,36 @@ new version. Downgrades are refused; Kubernetes moves one minor version at a tim
 			if chartVersion == "" && k8sVersion == "" {
 				return usagef("name --chart-version and/or --kubernetes-version")
 			}
-			ctx := cmd.Context()
-			api, err := c.api(ctx)
-			if err != nil {
-				return err
-			}
-			cctx, cancel := c.call(ctx)
-			name, err := c.resolveVC(cctx, api, args[0], common.team)
-			cancel()
-			if err != nil {
-				return err
-			}
-			team := strings.Join(strings.Split(name, "/")[:2], "/")
-			_, err = c.createRequest(ctx, api, common, &pb.Request{Team: team, Payload: &pb.Request_ChangeVirtualClusterVersion{
-				ChangeVirtualClusterVersion: &pb.ChangeVirtualClusterVersionPayload{VirtualCluster: name,
-					ChartVersion: chartVersion, KubernetesVersion: k8sVersion}}})
-			return err
+			return c.requestOnVC(cmd.Context(), common, args[0], func(name string) *pb.Request {
+				return &pb.Request{Payload: &pb.Request_ChangeVirtualClusterVersion{
+					ChangeVirtualClusterVersion: &pb.ChangeVirtualClusterVersionPayload{VirtualCluster: name,
+						ChartVersion: chartVersion, KubernetesVersion: k8sVersion}}}
+			})
 		},
 	}
 	common.bind(cmd)
 	cmd.Flags().StringVar(&chartVersion, "chart-version", "", "vCluster chart version to move to (default: keep)")
 	cmd.Flags().StringVar(&k8sVersion, "kubernetes-version", "", "virtual Kubernetes version to move to, e.g. 1.32 (default: keep, or the lowest the new chart runs)")
 	return cmd
+}
+
+// requestOnVC creates the request payload(name) builds for the virtual
+// cluster arg names, on behalf of its team.
+func (c *cli) requestOnVC(ctx context.Context, common requestCommon, arg string, payload func(name string) *pb.Request) error {
+	api, err := c.api(ctx)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := c.call(ctx)
+	name, err := c.resolveVC(cctx, api, arg, common.team)
+	cancel()
+	if err != nil {
+		return err
+	}
+	r := payload(name)
+	r.Team = strings.Join(strings.Split(name, "/")[:2], "/")
+	_, err = c.createRequest(ctx, api, common, r)
+	return err
 }
 
 // requestTeam is --team, or the only team the caller owns.
