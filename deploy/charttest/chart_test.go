@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -240,10 +241,33 @@ func TestRenderFull(t *testing.T) {
 		"GPUPLANE_PLATFORM_ADMIN_GROUPS": "platform-admins,sre", "GPUPLANE_OVERCOMMIT": "1.5",
 		"GPUPLANE_VCLUSTER_KUBECONFIG_SERVER": "https://{name}.{namespace}.gpu.example.com",
 		"GPUPLANE_WORKER_CONCURRENCY":         "8", "GPUPLANE_RESYNC_INTERVAL": "10m",
+		"GPUPLANE_VCLUSTER_CHART_VERSIONS": "0.36.1,0.20.0", "GPUPLANE_DEFAULT_CHART_VERSION": "0.36.1",
+		"GPUPLANE_TENANT_INGRESS_NAMESPACES": "ingress-nginx,monitoring,gpuplane-system",
+		"GPUPLANE_VCLUSTER_EXPOSURE":         "Ingress", "GPUPLANE_VCLUSTER_EXPOSURE_HOST": "{name}.vc.example.com",
+		"GPUPLANE_VCLUSTER_INGRESS_CLASS": "nginx",
+		"GPUPLANE_VCLUSTER_EXPOSURE_ANNOTATIONS": "nginx.ingress.kubernetes.io/backend-protocol=HTTPS," +
+			"nginx.ingress.kubernetes.io/ssl-passthrough=true",
 	} {
 		if got, _, _ := unstructured.NestedString(cm.Object, "data", k); got != want {
 			t.Errorf("config %s = %q, want %q", k, got, want)
 		}
+	}
+}
+
+// TestWorkerMayManageIngressesOnlyWhenExposedByThem: the worker's
+// ClusterRole holds Ingress permissions only with exposure mode Ingress
+// (internal/rbacproof proves every other permission needed).
+func TestWorkerMayManageIngressesOnlyWhenExposedByThem(t *testing.T) {
+	grantsIngress := func(r *Rendered) bool {
+		var cr rbacv1.ClusterRole
+		convert(t, r.Find("ClusterRole", "gp-worker"), &cr)
+		return slices.ContainsFunc(cr.Rules, func(rule rbacv1.PolicyRule) bool { return slices.Contains(rule.Resources, "ingresses") })
+	}
+	if grantsIngress(render(t, Options{Values: map[string]any{"fullnameOverride": "gp"}})) {
+		t.Error("default (ClusterIP) exposure: the worker may manage Ingresses")
+	}
+	if !grantsIngress(render(t, Options{Values: fullValues(t)})) {
+		t.Error("exposure Ingress: the worker cannot create the control planes' Ingresses")
 	}
 }
 

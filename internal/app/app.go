@@ -170,9 +170,12 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		return nil, fmt.Errorf("invalid configuration: overcommit: %w", err)
 	}
 
+	versions, err := cfg.ChartVersions()
+	if err != nil {
+		return nil, err
+	}
 	a.Tenancy = tenancy.NewService(capacity, cfg.Overcommit, request.TeamHistory{})
-	a.Requests = request.NewService(a.db, a.Tenancy, request.Defaults{KubernetesVersion: cfg.DefaultKubernetesVersion,
-		ChartVersion: cfg.DefaultChartVersion}, a.log, opts.Now)
+	a.Requests = request.NewService(a.db, a.Tenancy, versions, a.log, opts.Now)
 
 	// Listen on the gRPC port before building the handlers: kubeconfigs
 	// name the API address, by default the bound one.

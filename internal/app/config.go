@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/store"
+	"github.com/gpuplane/gpuplane/internal/vclusterversions"
 )
 
 // Config is every setting of the server. Each field is a flag and an
@@ -50,16 +51,22 @@ type Config struct {
 	CapacityMemory string  `flag:"capacity-memory" help:"static host capacity: memory (e.g. 2Ti)"`
 	Overcommit     float64 `flag:"overcommit" help:"sum of department budgets may reach host capacity x this ratio"`
 
-	DefaultKubernetesVersion string `flag:"default-kubernetes-version" help:"virtual cluster Kubernetes version when a request names none"`
-	DefaultChartVersion      string `flag:"default-chart-version" help:"vCluster chart version when a request names none"`
+	DefaultKubernetesVersion string `flag:"default-kubernetes-version" help:"virtual Kubernetes version of requests that name none and use the default chart (empty: the chart's own default; other charts always use theirs)"`
+	DefaultChartVersion      string `flag:"default-chart-version" help:"vCluster chart version of requests that name none; must be among --vcluster-chart-versions"`
+	VClusterChartVersions    string `flag:"vcluster-chart-versions" help:"comma-separated vCluster chart versions requests may name (existing virtual clusters keep theirs until a change request moves them)"`
 
 	Kubeconfig        string        `flag:"kubeconfig" env:"KUBECONFIG" help:"host cluster kubeconfig; empty: in-cluster config when running in a pod, else no host cluster"`
 	RunWorker         bool          `flag:"run-worker" help:"serve also runs the host-cluster worker (small installs)"`
 	WorkerConcurrency int           `flag:"worker-concurrency" help:"virtual clusters reconciled at once"`
 	ResyncInterval    time.Duration `flag:"resync-interval" help:"how often every virtual cluster is re-applied to repair drift"`
-	VClusterChartDir  string        `flag:"vcluster-chart-dir" help:"vCluster chart from a local directory (dev/tests)"`
+	VClusterChartDir  string        `flag:"vcluster-chart-dir" help:"local vCluster charts instead of the repository (air-gapped installs; dev mode and tests fill it from the Go module cache): comma-separated version=dir pairs, e.g. 0.36.1=/charts/vcluster-0.36.1"`
 	VClusterChartRepo string        `flag:"vcluster-chart-repo" help:"vCluster chart repository URL or OCI reference"`
-	KubeconfigServer  string        `flag:"vcluster-kubeconfig-server" help:"API address written into virtual clusters' kubeconfigs ({name}, {namespace} are replaced)"`
+	KubeconfigServer  string        `flag:"vcluster-kubeconfig-server" help:"virtual API server address vCluster writes into its admin kubeconfig, used by the worker from inside the host cluster ({name}, {namespace} are replaced; default https://{name}.{namespace}.svc)"`
+	Exposure          string        `flag:"vcluster-exposure" help:"how members reach virtual API servers from outside the host cluster: ClusterIP (not at all), LoadBalancer, NodePort or Ingress (TLS passthrough)"`
+	ExposureHost      string        `flag:"vcluster-exposure-host" help:"Ingress: host of each virtual API server, e.g. {name}.vc.example.com; NodePort: an address reaching the nodes; LoadBalancer: optional DNS name of each load balancer ({name}, {namespace} are replaced)"`
+	ExposureClass     string        `flag:"vcluster-ingress-class" help:"ingressClassName of the virtual API servers' Ingresses (empty: the cluster default)"`
+	ExposureAnnots    string        `flag:"vcluster-exposure-annotations" help:"comma-separated key=value annotations for the control plane Service (LoadBalancer, NodePort) or Ingress (empty for Ingress: ingress-nginx TLS passthrough)"`
+	TenantIngressNS   string        `flag:"tenant-ingress-namespaces" help:"comma-separated namespaces whose pods may connect to tenant pods and virtual API servers (ingress controller, monitoring, gpuplane's own for the worker)"`
 	MetricsAddr       string        `flag:"metrics-addr" help:"gpuplane worker: listen address of its /metrics and /healthz (empty: none); serve has them on --http-addr"`
 
 	KAINodePoolLabel string `flag:"kai-node-pool-label" help:"KAI's node-pool label key (its global.nodePoolLabelKey): every gpuplane node pool becomes a KAI node pool, so fair share stays inside each pool; empty: one KAI scheduler for all pools"`
@@ -98,8 +105,9 @@ func Defaults() Config {
 		CapacityCPU:              "0",
 		CapacityMemory:           "0",
 		Overcommit:               1.0,
-		DefaultKubernetesVersion: "v1.31.1",
-		DefaultChartVersion:      "0.20.0",
+		DefaultChartVersion:      "0.36.1",
+		VClusterChartVersions:    "0.36.1,0.20.0",
+		Exposure:                 "ClusterIP",
 		WorkerConcurrency:        4,
 		ResyncInterval:           5 * time.Minute,
 		MetricsAddr:              ":8081",
@@ -240,4 +248,29 @@ func splitList(s string) []string {
 // AdminGroups splits PlatformAdminGroups.
 func (c Config) AdminGroups() []string {
 	return splitList(c.PlatformAdminGroups)
+}
+
+// ChartVersions is the catalog of vCluster versions the platform offers.
+func (c Config) ChartVersions() (vclusterversions.Catalog, error) {
+	cat, err := vclusterversions.NewCatalog(c.DefaultChartVersion, splitList(c.VClusterChartVersions), c.DefaultKubernetesVersion)
+	if err != nil {
+		return cat, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return cat, nil
+}
+
+// keyValues parses "k=v,k2=v2".
+func keyValues(flag, s string) (map[string]string, error) {
+	var out map[string]string
+	for _, kv := range splitList(s) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, fmt.Errorf("invalid configuration: %s: %q is not key=value", flag, kv)
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return out, nil
 }

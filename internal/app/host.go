@@ -16,6 +16,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/quota"
 	"github.com/gpuplane/gpuplane/internal/tenancy"
+	"github.com/gpuplane/gpuplane/internal/vclusterversions"
 )
 
 // hostConfig returns the host cluster's REST config, or nil when none is
@@ -45,7 +46,21 @@ func newHostClient(rc *rest.Config, cfg Config, log *slog.Logger, tp trace.Trace
 	if err != nil {
 		return nil, err
 	}
-	settings := hostcluster.Settings{KubeconfigServer: cfg.KubeconfigServer, TierProfiles: profiles, KAINodePoolLabel: cfg.KAINodePoolLabel}
+	annotations, err := keyValues("vcluster-exposure-annotations", cfg.ExposureAnnots)
+	if err != nil {
+		return nil, err
+	}
+	settings := hostcluster.Settings{
+		KubeconfigServer:  cfg.KubeconfigServer,
+		TierProfiles:      profiles,
+		KAINodePoolLabel:  cfg.KAINodePoolLabel,
+		IngressNamespaces: splitList(cfg.TenantIngressNS),
+		Exposure: hostcluster.Exposure{Mode: cfg.Exposure, Host: cfg.ExposureHost,
+			IngressClassName: cfg.ExposureClass, Annotations: annotations},
+	}
+	if err := settings.Exposure.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid configuration: %w", err)
+	}
 	oidc, err := vclusterOIDC(cfg)
 	if err != nil {
 		return nil, err
@@ -60,12 +75,25 @@ func newHostClient(rc *rest.Config, cfg Config, log *slog.Logger, tp trace.Trace
 		return nil, err
 	}
 	settings.OIDC = oidc
-	if cfg.VClusterChartDir != "" {
-		settings.Chart = hostcluster.ChartSource{Dir: cfg.VClusterChartDir}
-	} else {
-		settings.Chart = hostcluster.ChartSource{RepoURL: cfg.VClusterChartRepo}
+	if settings.Chart, err = chartSource(cfg); err != nil {
+		return nil, err
 	}
 	return hostcluster.New(rc, hostcluster.Options{Settings: settings, Logger: log, TracerProvider: tp})
+}
+
+// chartSource reads --vcluster-chart-dir (version=dir pairs) and
+// --vcluster-chart-repo.
+func chartSource(cfg Config) (hostcluster.ChartSource, error) {
+	src := hostcluster.ChartSource{RepoURL: cfg.VClusterChartRepo}
+	dirs, err := keyValues("vcluster-chart-dir", cfg.VClusterChartDir)
+	if err != nil {
+		return src, fmt.Errorf("%w (version=dir pairs, e.g. 0.36.1=/charts/vcluster)", err)
+	}
+	src.Dirs = map[string]string{}
+	for v, dir := range dirs {
+		src.Dirs[vclusterversions.Normalize(v)] = dir
+	}
+	return src, nil
 }
 
 // vclusterOIDC is the OIDC configuration of the virtual API servers: the

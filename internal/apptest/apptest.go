@@ -79,8 +79,8 @@ type Options struct {
 	Now      func() time.Time
 	Config   func(*app.Config)
 	// HostConfig, when set, is the host cluster the server uses (e.g. an
-	// envtest API server). The vCluster chart then comes from the Go module
-	// cache (hostcluster.VClusterChartDir) unless Config sets
+	// envtest API server). The vCluster charts then come from the Go module
+	// cache (internal/devenv/vclusterchart) unless Config sets
 	// VClusterChartDir.
 	HostConfig *rest.Config
 	// RunWorker runs the host-cluster worker inside the server, as
@@ -122,13 +122,14 @@ func Start(t testing.TB, o Options) *Env {
 		o.Config(&cfg)
 	}
 	if o.HostConfig != nil && cfg.VClusterChartDir == "" {
+		// Every offered chart version from the Go module cache.
 		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		dir, err := vclusterchart.Dir(cctx)
+		dirs, err := vclusterchart.Flag(cctx, cfg.VClusterChartVersions)
 		ccancel()
 		if err != nil {
-			t.Fatalf("apptest: vCluster chart: %v", err)
+			t.Fatalf("apptest: vCluster charts: %v", err)
 		}
-		cfg.VClusterChartDir = dir
+		cfg.VClusterChartDir = dirs
 	}
 	logger := o.Logger
 	if logger == nil {

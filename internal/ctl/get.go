@@ -68,6 +68,8 @@ func requestKind(k pb.Request_Kind) string {
 		return "team-quota"
 	case pb.Request_DELETE_VIRTUAL_CLUSTER:
 		return "delete-vcluster"
+	case pb.Request_CHANGE_VIRTUAL_CLUSTER_VERSION:
+		return "upgrade-vcluster"
 	}
 	return k.String()
 }
@@ -82,6 +84,8 @@ func requestTarget(r *pb.Request) (target string, q *pb.Quota) {
 		return lastSegment(r.GetTeam()), p.ChangeTeamQuota.GetQuota()
 	case *pb.Request_DeleteVirtualCluster:
 		return lastSegment(p.DeleteVirtualCluster.GetVirtualCluster()), nil
+	case *pb.Request_ChangeVirtualClusterVersion:
+		return lastSegment(p.ChangeVirtualClusterVersion.GetVirtualCluster()), nil
 	}
 	return "-", nil
 }

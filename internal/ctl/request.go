@@ -24,13 +24,13 @@ func (c *cli) requestCmd() *cobra.Command {
 an approval policy approves at once. --team defaults to the one team you own.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usagef("unknown kind %q: request vcluster, quota or delete", args[0])
+				return usagef("unknown kind %q: request vcluster, quota, upgrade or delete", args[0])
 			}
-			return usagef("name what to request: vcluster, quota or delete")
+			return usagef("name what to request: vcluster, quota, upgrade or delete")
 		},
 		RunE: func(*cobra.Command, []string) error { return nil },
 	}
-	cmd.AddCommand(c.requestVClusterCmd(), c.requestQuotaCmd(), c.requestDeleteCmd())
+	cmd.AddCommand(c.requestVClusterCmd(), c.requestQuotaCmd(), c.requestUpgradeCmd(), c.requestDeleteCmd())
 	return cmd
 }
 
@@ -221,25 +221,62 @@ func (c *cli) requestDeleteCmd() *cobra.Command {
 		Example: `  gpuplanectl request delete ml-dev --justification "project done"`,
 		Args:    exactArgs(1, "the virtual cluster"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			api, err := c.api(ctx)
-			if err != nil {
-				return err
-			}
-			cctx, cancel := c.call(ctx)
-			name, err := c.resolveVC(cctx, api, args[0], common.team)
-			cancel()
-			if err != nil {
-				return err
-			}
-			team := strings.Join(strings.Split(name, "/")[:2], "/")
-			_, err = c.createRequest(ctx, api, common, &pb.Request{Team: team, Payload: &pb.Request_DeleteVirtualCluster{
-				DeleteVirtualCluster: &pb.DeleteVirtualClusterPayload{VirtualCluster: name}}})
-			return err
+			return c.requestOnVC(cmd.Context(), common, args[0], func(name string) *pb.Request {
+				return &pb.Request{Payload: &pb.Request_DeleteVirtualCluster{
+					DeleteVirtualCluster: &pb.DeleteVirtualClusterPayload{VirtualCluster: name}}}
+			})
 		},
 	}
 	common.bind(cmd)
 	return cmd
+}
+
+func (c *cli) requestUpgradeCmd() *cobra.Command {
+	var common requestCommon
+	var chartVersion, k8sVersion string
+	cmd := &cobra.Command{
+		Use:   "upgrade VCLUSTER",
+		Short: "Ask for a virtual cluster to move to a newer vCluster chart or Kubernetes version",
+		Long: `Existing virtual clusters keep their vCluster chart and Kubernetes version until
+an upgrade is approved. Once applied, the control plane restarts once on the
+new version. Downgrades are refused; Kubernetes moves one minor version at a time.`,
+		Example: `  gpuplanectl request upgrade ml-dev --chart-version 0.36.1
+  gpuplanectl request upgrade ml-dev --kubernetes-version 1.32`,
+		Args: exactArgs(1, "the virtual cluster"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if chartVersion == "" && k8sVersion == "" {
+				return usagef("name --chart-version and/or --kubernetes-version")
+			}
+			return c.requestOnVC(cmd.Context(), common, args[0], func(name string) *pb.Request {
+				return &pb.Request{Payload: &pb.Request_ChangeVirtualClusterVersion{
+					ChangeVirtualClusterVersion: &pb.ChangeVirtualClusterVersionPayload{VirtualCluster: name,
+						ChartVersion: chartVersion, KubernetesVersion: k8sVersion}}}
+			})
+		},
+	}
+	common.bind(cmd)
+	cmd.Flags().StringVar(&chartVersion, "chart-version", "", "vCluster chart version to move to (default: keep)")
+	cmd.Flags().StringVar(&k8sVersion, "kubernetes-version", "", "virtual Kubernetes version to move to, e.g. 1.32 (default: keep, or the lowest the new chart runs)")
+	return cmd
+}
+
+// requestOnVC creates the request payload(name) builds for the virtual
+// cluster arg names, on behalf of its team.
+func (c *cli) requestOnVC(ctx context.Context, common requestCommon, arg string, payload func(name string) *pb.Request) error {
+	api, err := c.api(ctx)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := c.call(ctx)
+	name, err := c.resolveVC(cctx, api, arg, common.team)
+	cancel()
+	if err != nil {
+		return err
+	}
+	r := payload(name)
+	r.Team = strings.Join(strings.Split(name, "/")[:2], "/")
+	_, err = c.createRequest(ctx, api, common, r)
+	return err
 }
 
 // requestTeam is --team, or the only team the caller owns.

@@ -107,12 +107,13 @@ func Run(ctx context.Context, o Options) error {
 	}
 	say("browser pages on %s may call the REST API (CORS)", cfg.CORSAllowedOrigins)
 	if cfg.VClusterChartDir == "" {
-		say("locating the vCluster chart in the Go module cache (%s)...", vclusterchart.Module)
-		dir, err := vclusterchart.Dir(ctx)
+		// Every offered chart version from the Go module cache.
+		say("locating the vCluster charts %s in the Go module cache (github.com/loft-sh/vcluster)...", cfg.VClusterChartVersions)
+		dirs, err := vclusterchart.Flag(ctx, cfg.VClusterChartVersions)
 		if err != nil {
 			return fmt.Errorf("vCluster chart: %w", err)
 		}
-		cfg.VClusterChartDir = dir
+		cfg.VClusterChartDir = dirs
 	}
 	a, err := app.New(ctx, cfg, opts)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"os"
@@ -133,8 +134,18 @@ func simulateOnce(ctx context.Context, kube kubernetes.Interface) error {
 	return nil
 }
 
-// MarkControlPlaneReady reports sts ready and writes the kubeconfig Secret.
+// MarkControlPlaneReady reports sts ready and writes the kubeconfig Secret,
+// with a simulated admin kubeconfig whose server nothing answers.
 func MarkControlPlaneReady(ctx context.Context, kube kubernetes.Interface, sts *appsv1.StatefulSet) error {
+	return MarkControlPlaneReadyWith(ctx, kube, sts, nil)
+}
+
+// MarkControlPlaneReadyWith reports sts ready and writes the kubeconfig
+// Secret vCluster would write. With virtualKubeconfig (an admin kubeconfig
+// of a real API server standing in for the virtual one, e.g. a second
+// envtest), the Secret holds that one, so whatever gpuplane does inside the
+// virtual cluster really happens; otherwise a self-signed stand-in.
+func MarkControlPlaneReadyWith(ctx context.Context, kube kubernetes.Interface, sts *appsv1.StatefulSet, virtualKubeconfig []byte) error {
 	if sts.Status.ReadyReplicas < 1 {
 		replicas := int32(1)
 		if sts.Spec.Replicas != nil {
@@ -146,9 +157,42 @@ func MarkControlPlaneReady(ctx context.Context, kube kubernetes.Interface, sts *
 			return err
 		}
 	}
-	certPEM, keyPEM, err := simulatedCert()
+	data, err := simulatedKubeconfigSecret(sts, virtualKubeconfig)
 	if err != nil {
 		return err
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: hostcluster.KubeconfigSecretName(sts.Name), Namespace: sts.Namespace},
+		Data:       data,
+	}
+	if _, err := kube.CoreV1().Secrets(sts.Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// simulatedKubeconfigSecret has the keys vCluster writes: config,
+// certificate-authority, client-certificate, client-key.
+func simulatedKubeconfigSecret(sts *appsv1.StatefulSet, virtualKubeconfig []byte) (map[string][]byte, error) {
+	if len(virtualKubeconfig) > 0 {
+		cfg, err := clientcmd.Load(virtualKubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("stand-in virtual kubeconfig: %w", err)
+		}
+		ctx := cfg.Contexts[cfg.CurrentContext]
+		if ctx == nil || cfg.Clusters[ctx.Cluster] == nil || cfg.AuthInfos[ctx.AuthInfo] == nil {
+			return nil, errors.New("stand-in virtual kubeconfig: its current context names no cluster or user")
+		}
+		return map[string][]byte{
+			"config":                virtualKubeconfig,
+			"certificate-authority": cfg.Clusters[ctx.Cluster].CertificateAuthorityData,
+			"client-certificate":    cfg.AuthInfos[ctx.AuthInfo].ClientCertificateData,
+			"client-key":            cfg.AuthInfos[ctx.AuthInfo].ClientKeyData,
+		}, nil
+	}
+	certPEM, keyPEM, err := simulatedCert()
+	if err != nil {
+		return nil, err
 	}
 	server := fmt.Sprintf("https://%s.%s.svc", sts.Name, sts.Namespace)
 	cfg := clientcmdapi.NewConfig()
@@ -158,20 +202,11 @@ func MarkControlPlaneReady(ctx context.Context, kube kubernetes.Interface, sts *
 	cfg.CurrentContext = sts.Name
 	kubeconfig, err := clientcmd.Write(*cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// The same keys vCluster writes: config, certificate-authority,
-	// client-certificate, client-key.
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: hostcluster.KubeconfigSecretName(sts.Name), Namespace: sts.Namespace},
-		Data: map[string][]byte{
-			"config": kubeconfig, "certificate-authority": certPEM, "client-certificate": certPEM, "client-key": keyPEM,
-		},
-	}
-	if _, err := kube.CoreV1().Secrets(sts.Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
-	return nil
+	return map[string][]byte{
+		"config": kubeconfig, "certificate-authority": certPEM, "client-certificate": certPEM, "client-key": keyPEM,
+	}, nil
 }
 
 // DevStateDir is where dev mode writes its kubeconfig.

@@ -136,7 +136,7 @@ func TestDevModeChildrenDieWithIt(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	chart, err := vclusterchart.Dir(ctx)
+	chart, err := vclusterchart.Flag(ctx, app.Defaults().VClusterChartVersions)
 	if err != nil {
 		t.Fatal(err)
 	}

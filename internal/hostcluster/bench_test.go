@@ -20,7 +20,7 @@ var benchSeq atomic.Int64
 // install) against the envtest API server.
 func BenchmarkApply(b *testing.B) {
 	h := newHarness(b)
-	if _, err := h.client.loadChart("0.20.0"); err != nil { // as in a running worker
+	if _, err := h.client.loadChart(h.ctx, newChart); err != nil { // as in a running worker
 		b.Fatal(err)
 	}
 	b.ResetTimer()
@@ -52,7 +52,7 @@ func BenchmarkApplyUnchanged(b *testing.B) {
 // chart with the same values into an existing namespace, nothing else.
 func BenchmarkHelmInstall(b *testing.B) {
 	h := newHarness(b)
-	lc, err := h.client.loadChart("0.20.0")
+	lc, err := h.client.loadChart(h.ctx, newChart)
 	if err != nil {
 		b.Fatal(err)
 	}

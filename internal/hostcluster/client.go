@@ -114,6 +114,9 @@ const (
 	StepGuardrails    Step = "Guardrails"
 	StepNetworkPolicy Step = "NetworkPolicy"
 	StepRelease       Step = "Release"
+	// StepTenantAccess applies the team's RBAC inside the virtual cluster
+	// once its control plane is up (tenantaccess.go).
+	StepTenantAccess Step = "TenantAccess"
 )
 
 // StepResult is the outcome of one step; a caller turns it into a condition.
@@ -133,6 +136,16 @@ type Steps []StepResult
 func (s Steps) Failed() (StepResult, bool) {
 	for _, r := range s {
 		if r.Err != nil {
+			return r, true
+		}
+	}
+	return StepResult{}, false
+}
+
+// Of returns the result of one step, if it ran.
+func (s Steps) Of(step Step) (StepResult, bool) {
+	for _, r := range s {
+		if r.Step == step {
 			return r, true
 		}
 	}
@@ -240,6 +253,12 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 			return "", err
 		}
 		return fmt.Sprintf("release %s %s (revision %d)", ReleaseName(vc.Name), r.Action, r.Revision), nil
+	}); err != nil {
+		return steps, err
+	}
+
+	if err := run(StepTenantAccess, func(ctx context.Context) (string, error) {
+		return c.applyTenantAccess(ctx, vc)
 	}); err != nil {
 		return steps, err
 	}
@@ -450,6 +469,12 @@ type Observed struct {
 	ControlPlaneReady bool
 	// KubeconfigSecretPresent: vCluster has written Secret vc-<name>.
 	KubeconfigSecretPresent bool
+	// TenantAccess is the team's RBAC inside the virtual cluster.
+	TenantAccess TenantAccessState
+	// Endpoint is the member-facing URL of the virtual API server, from the
+	// control plane Service as observed (Settings.Exposure); "" while it is
+	// not known (no Service yet, or no load balancer address).
+	Endpoint string
 	// Allocated is the leaf queue's status.allocated; nil when KAI has not
 	// reported one.
 	Allocated *Quantities
@@ -474,7 +499,14 @@ func (o Observed) ReleaseDeployed() bool {
 // and the control plane is up.
 func (o Observed) Ready() bool {
 	return o.NamespaceExists && o.QueuesInSync() && o.GuardrailsPresent && o.NetworkPolicyPresent &&
-		o.ReleaseDeployed() && o.ReleaseUpToDate && o.ControlPlaneReady && o.KubeconfigSecretPresent
+		o.ReleaseDeployed() && o.ReleaseUpToDate && o.ControlPlaneReady && o.KubeconfigSecretPresent &&
+		o.Endpoint != "" && o.TenantAccessInSync()
+}
+
+// TenantAccessInSync reports whether the team's RBAC inside the virtual
+// cluster is as desired (always true where it does not apply).
+func (o Observed) TenantAccessInSync() bool {
+	return !o.TenantAccess.Applicable || o.TenantAccess.InSync
 }
 
 // Observe reads the live state of vc. Missing objects are reported, not
@@ -570,7 +602,7 @@ func (c *Client) Observe(ctx context.Context, vc VirtualCluster) (Observed, erro
 		return o, fmt.Errorf("hostcluster: read release: %w", err)
 	}
 	if o.Release != nil {
-		want, err := c.desiredValuesHash(vc)
+		want, err := c.desiredValuesHash(ctx, vc)
 		if err != nil {
 			return o, err
 		}
@@ -587,6 +619,12 @@ func (c *Client) Observe(ctx context.Context, vc VirtualCluster) (Observed, erro
 	if o.KubeconfigSecretPresent, err = exists(err); err != nil {
 		return o, err
 	}
+	if o.Endpoint, err = c.observeEndpoint(ctx, vc); err != nil {
+		return o, err
+	}
+	if o.TenantAccess, err = c.observeTenantAccess(ctx, vc); err != nil {
+		return o, err
+	}
 	return o, nil
 }
 
@@ -594,8 +632,8 @@ func statefulSetReady(sts *appsv1.StatefulSet) bool {
 	return sts.Status.ReadyReplicas >= 1
 }
 
-func (c *Client) desiredValuesHash(vc VirtualCluster) (string, error) {
-	lc, err := c.loadChart(vc.ChartVersion)
+func (c *Client) desiredValuesHash(ctx context.Context, vc VirtualCluster) (string, error) {
+	lc, err := c.loadChart(ctx, vc.ChartVersion)
 	if err != nil {
 		return "", err
 	}

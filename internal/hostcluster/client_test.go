@@ -31,7 +31,7 @@ func TestApplyCreatesEverything(t *testing.T) {
 		names = append(names, s.Step)
 		t.Logf("%s: %s", s.Step, s.Detail)
 	}
-	if !slices.Equal(names, []Step{StepNamespace, StepQueues, StepGuardrails, StepNetworkPolicy, StepRelease}) {
+	if !slices.Equal(names, []Step{StepNamespace, StepQueues, StepGuardrails, StepNetworkPolicy, StepRelease, StepTenantAccess}) {
 		t.Fatalf("steps %v", names)
 	}
 
@@ -94,7 +94,7 @@ func TestApplyCreatesEverything(t *testing.T) {
 	if err != nil {
 		t.Fatalf("control plane StatefulSet: %v", err)
 	}
-	if img := sts.Spec.Template.Spec.Containers[0].Image; img != "ghcr.io/loft-sh/vcluster-oss:0.20.0" {
+	if img := sts.Spec.Template.Spec.Containers[0].Image; img != "ghcr.io/loft-sh/vcluster-oss:"+newChart {
 		t.Errorf("control plane image %s", img)
 	}
 	rq, err := h.kube.CoreV1().ResourceQuotas(ns).Get(h.ctx, "vc-"+name, metav1.GetOptions{})
@@ -114,7 +114,7 @@ func TestApplyCreatesEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	config := string(cfgSecret.Data["config.yaml"])
-	for _, want := range []string{"setOwner: false", "- kai.scheduler/queue", "server: https://" + name + "." + ns + ".svc"} {
+	for _, want := range []string{"setOwner: false", "tag: v1.35.0", TenantPriorityClassLabel + `: "true"`, "server: https://" + name + "." + ns + ".svc"} {
 		if !strings.Contains(config, want) {
 			t.Errorf("vCluster config lacks %q", want)
 		}
@@ -188,7 +188,8 @@ func TestApplyTwiceIsIdempotent(t *testing.T) {
 	if len(after) != len(before) {
 		t.Errorf("objects appeared: %d -> %d", len(before), len(after))
 	}
-	if d := steps[len(steps)-1].Detail; !strings.Contains(d, "unchanged") {
+	if r, _ := steps.Of(StepRelease); !strings.Contains(r.Detail, "unchanged") {
+		d := r.Detail
 		t.Errorf("release step on re-apply: %q", d)
 	}
 
@@ -196,7 +197,8 @@ func TestApplyTwiceIsIdempotent(t *testing.T) {
 	vc.Leaf.Limit.GPUCenti = 600
 	vc.Generation++
 	steps = h.apply(vc)
-	if d := steps[len(steps)-1].Detail; !strings.Contains(d, "upgraded (revision 2)") {
+	if r, _ := steps.Of(StepRelease); !strings.Contains(r.Detail, "upgraded (revision 2)") {
+		d := r.Detail
 		t.Errorf("release step after change: %q", d)
 	}
 	rq, err := h.kube.CoreV1().ResourceQuotas(NamespaceName(vc.Name)).Get(h.ctx, "vc-"+vc.Name, metav1.GetOptions{})

@@ -71,12 +71,12 @@ func newHarness(t testing.TB) *harness {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	chartDir, err := vclusterchart.Dir(ctx)
+	dirs, err := vclusterchart.Dirs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := shared.env.RESTConfig()
-	c, err := New(cfg, Options{Settings: Settings{Chart: ChartSource{Dir: chartDir}, IngressNamespaces: []string{"gpuplane-system"}}})
+	c, err := New(cfg, Options{Settings: Settings{Chart: ChartSource{Dirs: dirs}, IngressNamespaces: []string{"gpuplane-system"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

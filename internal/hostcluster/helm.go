@@ -28,18 +28,19 @@ import (
 	rcommon "helm.sh/helm/v4/pkg/release/common"
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
 	"helm.sh/helm/v4/pkg/storage/driver"
+
+	"github.com/gpuplane/gpuplane/internal/vclusterversions"
 )
 
-// ChartSource says where the vCluster chart comes from. Exactly one of Dir
-// and RepoURL is used; Dir wins.
+// ChartSource says where the vCluster chart of each version comes from:
+// Dirs first, then RepoURL. Production never runs `go mod download`.
 type ChartSource struct {
-	// Dir is a chart directory or packaged chart on local disk (tests and
-	// dev mode: internal/devenv/vclusterchart). VirtualCluster.ChartVersion then only
-	// selects the values format and the control plane image tag.
-	Dir string
+	// Dirs maps chart versions to chart directories or packaged charts on
+	// local disk (an air-gapped install; dev mode and tests take them from
+	// the Go module cache through internal/devenv/vclusterchart).
+	Dirs map[string]string
 	// RepoURL is a chart repository (https://charts.loft.sh) or an OCI
-	// reference to the chart itself (oci://host/path/vcluster); the
-	// version is VirtualCluster.ChartVersion.
+	// reference to the chart itself (oci://host/path/vcluster).
 	RepoURL string
 	// Name of the chart in a RepoURL repository. Default "vcluster".
 	Name string
@@ -52,29 +53,28 @@ type loadedChart struct {
 	digest string
 }
 
-func (c *Client) loadChart(version string) (*loadedChart, error) {
+func (c *Client) loadChart(ctx context.Context, version string) (*loadedChart, error) {
 	src := c.settings.Chart
-	key := "dir:" + src.Dir
-	if src.Dir == "" {
-		if src.RepoURL == "" {
-			return nil, errors.New("hostcluster: no chart source configured (Settings.Chart.Dir or RepoURL)")
-		}
-		if version == "" {
-			return nil, errors.New("hostcluster: ChartVersion is required with a chart repository")
-		}
-		key = "repo:" + src.RepoURL + "|" + src.Name + "|" + version
+	version = vclusterversions.Normalize(version)
+	if version == "" {
+		return nil, errors.New("hostcluster: the virtual cluster names no chart version")
 	}
 	c.chartMu.Lock()
 	defer c.chartMu.Unlock()
-	if lc, ok := c.charts[key]; ok {
+	if lc, ok := c.charts[version]; ok {
 		return lc, nil
 	}
-	path := src.Dir
-	if path == "" {
+	var path string
+	switch {
+	case src.Dirs[version] != "":
+		path = src.Dirs[version]
+	case src.RepoURL != "":
 		var err error
 		if path, err = c.downloadChart(src, version); err != nil {
 			return nil, err
 		}
+	default:
+		return nil, fmt.Errorf("hostcluster: no source for vCluster chart %s (configure a chart repository or a directory for it)", version)
 	}
 	ch, err := loader.Load(path)
 	if err != nil {
@@ -93,7 +93,7 @@ func (c *Client) loadChart(version string) (*loadedChart, error) {
 		h.Write(data[name])
 	}
 	lc := &loadedChart{chart: ch, digest: hex.EncodeToString(h.Sum(nil))}
-	c.charts[key] = lc
+	c.charts[version] = lc
 	return lc, nil
 }
 
@@ -148,7 +148,7 @@ func (c *Client) EnsureRelease(ctx context.Context, vc VirtualCluster) (ReleaseR
 	if err := vc.Validate(); err != nil {
 		return ReleaseResult{}, err
 	}
-	lc, err := c.loadChart(vc.ChartVersion)
+	lc, err := c.loadChart(ctx, vc.ChartVersion)
 	if err != nil {
 		return ReleaseResult{}, err
 	}

@@ -41,11 +41,11 @@ var oidcTestUsers = []oidcdev.User{
 func email(user string) string { return user + "@example.com" }
 
 // TestOIDCTenantAccessOnRealAPIServer proves the rendered OIDC flags and
-// RBAC on a real kube-apiserver: the values RenderVClusterValues produces
-// are taken apart (extraArgs, experimental.deploy.vcluster.manifests) and
-// given to an envtest API server exactly as vCluster would give them to the
-// virtual one, and ID tokens from a real OIDC issuer are judged by the real
-// authenticator and RBAC authorizer.
+// RBAC on a real kube-apiserver: the extraArgs RenderVClusterValues
+// produces are given to an envtest API server exactly as vCluster would give
+// them to the virtual one, the bindings the worker applies
+// (RenderTenantRBAC) are created in it, and ID tokens from a real OIDC
+// issuer are judged by the real authenticator and RBAC authorizer.
 func TestOIDCTenantAccessOnRealAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -109,9 +109,8 @@ func TestOIDCTenantAccessOnRealAPIServer(t *testing.T) {
 
 	aggregateClusterRoles(t, ctx, admin)
 
-	// What vCluster's deployer would apply inside the virtual cluster.
-	manifests := nestedMap(t, values, "experimental", "deploy", "vcluster")["manifests"].(string)
-	for _, b := range parseBindings(t, manifests) {
+	// What the worker applies inside the virtual cluster (tenantaccess.go).
+	for _, b := range RenderTenantRBAC(vc, settings) {
 		if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &b, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("apply rendered %s: %v", b.Name, err)
 		}
@@ -260,8 +259,9 @@ func TestOIDCTenantAccessOnRealAPIServer(t *testing.T) {
 
 // TestOIDCValuesThroughHelm installs the release with OIDC settings on the
 // shared API server and checks what the chart makes of the values: the CA
-// ConfigMap, its mount in the control plane container, and the flags and
-// RBAC in the vCluster config; then a member change upgrades the release.
+// ConfigMap, its mount in the control plane container, and the flags in the
+// vCluster config; members are not in it, so a member change leaves the
+// release alone.
 func TestOIDCValuesThroughHelm(t *testing.T) {
 	h := newHarness(t)
 	settings := h.client.Settings()
@@ -270,91 +270,87 @@ func TestOIDCValuesThroughHelm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := h.n("oidc-helm")
-	vc := testVC(name, "team-a", "research", TierShared)
-	vc.Members = teamAMembers()
-	ns := NamespaceName(name)
-	if steps, err := c.Apply(h.ctx, vc); err != nil {
-		t.Fatalf("apply: %v (%+v)", err, steps)
-	}
-
-	cm, err := h.kube.CoreV1().ConfigMaps(ns).Get(h.ctx, OIDCCAConfigMapName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("CA ConfigMap from experimental.deploy.host.manifests: %v", err)
-	}
-	if cm.Data["ca.crt"] != fakeCAPEM {
-		t.Errorf("ConfigMap data %q", cm.Data)
-	}
-	if cm.Annotations["meta.helm.sh/release-name"] != ReleaseName(name) {
-		t.Errorf("ConfigMap is not part of the release (annotations %v), so uninstall would leave it", cm.Annotations)
-	}
-
-	sts, err := h.kube.AppsV1().StatefulSets(ns).Get(h.ctx, ReleaseName(name), metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod := sts.Spec.Template.Spec
-	volOK := slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool {
-		return v.ConfigMap != nil && v.ConfigMap.Name == OIDCCAConfigMapName
-	})
-	var mountPath string
-	for _, ctr := range pod.Containers {
-		if ctr.Name != "syncer" {
-			continue
-		}
-		for _, m := range ctr.VolumeMounts {
-			if m.Name == oidcCAVolumeName {
-				mountPath = m.MountPath
+	for _, chart := range []string{newChart, oldChart} {
+		t.Run(chart, func(t *testing.T) {
+			name := h.n("oidc-helm-" + strings.ReplaceAll(chart, ".", ""))
+			vc := testVC(name, "team-a", "research", TierShared)
+			if chart == oldChart {
+				vc = oldVC(name, "team-a", "research", TierShared)
 			}
-		}
-	}
-	if !volOK || mountPath+"/ca.crt" != OIDCCAFile {
-		t.Errorf("CA volume present %v, mounted in syncer at %q; want %s readable", volOK, mountPath, OIDCCAFile)
-	}
+			vc.Members = teamAMembers()
+			ns := NamespaceName(name)
+			if steps, err := c.Apply(h.ctx, vc); err != nil {
+				t.Fatalf("apply: %v (%+v)", err, steps)
+			}
 
-	config := vclusterConfig(t, h, ns, name)
-	for _, want := range []string{
-		"--oidc-issuer-url=https://login.example.com/realms/gpu",
-		"--oidc-ca-file=" + OIDCCAFile,
-		"name: gpuplane:team-owners",
-		"name: oidc:bob@example.com",
-	} {
-		if !strings.Contains(config, want) {
-			t.Errorf("vCluster config lacks %q", want)
-		}
-	}
+			cm, err := h.kube.CoreV1().ConfigMaps(ns).Get(h.ctx, OIDCCAConfigMapName, metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("CA ConfigMap from experimental.deploy.host.manifests: %v", err)
+			}
+			if cm.Data["ca.crt"] != fakeCAPEM {
+				t.Errorf("ConfigMap data %q", cm.Data)
+			}
+			if cm.Annotations["meta.helm.sh/release-name"] != ReleaseName(name) {
+				t.Errorf("ConfigMap is not part of the release (annotations %v), so uninstall would leave it", cm.Annotations)
+			}
 
-	// A member change: new values, new hash, Helm upgrade, new config.
-	before, err := c.Observe(h.ctx, vc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	vc.Members = append(vc.Members, Member{Kind: MemberKindUser, Name: "dave@example.com", Role: RoleMember})
-	if o, err := c.Observe(h.ctx, vc); err != nil || o.ReleaseUpToDate {
-		t.Errorf("after a member change the release must be out of date (up to date %v, err %v)", o.ReleaseUpToDate, err)
-	}
-	res, err := c.EnsureRelease(h.ctx, vc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Action != "upgraded" || res.ValuesHash == before.Release.ValuesHash {
-		t.Errorf("member change: %+v (hash before %s)", res, before.Release.ValuesHash)
-	}
-	if config := vclusterConfig(t, h, ns, name); !strings.Contains(config, "name: oidc:dave@example.com") {
-		t.Error("upgraded vCluster config lacks the new member")
+			sts, err := h.kube.AppsV1().StatefulSets(ns).Get(h.ctx, ReleaseName(name), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := sts.Spec.Template.Spec
+			volOK := slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool {
+				return v.ConfigMap != nil && v.ConfigMap.Name == OIDCCAConfigMapName
+			})
+			var mountPath string
+			for _, ctr := range pod.Containers {
+				if ctr.Name != "syncer" {
+					continue
+				}
+				for _, m := range ctr.VolumeMounts {
+					if m.Name == oidcCAVolumeName {
+						mountPath = m.MountPath
+					}
+				}
+			}
+			if !volOK || mountPath+"/ca.crt" != OIDCCAFile {
+				t.Errorf("CA volume present %v, mounted in syncer at %q; want %s readable", volOK, mountPath, OIDCCAFile)
+			}
+
+			config := vclusterConfig(t, h, ns, name)
+			for _, want := range []string{
+				"--oidc-issuer-url=https://login.example.com/realms/gpu",
+				"--oidc-ca-file=" + OIDCCAFile,
+			} {
+				if !strings.Contains(config, want) {
+					t.Errorf("vCluster config lacks %q", want)
+				}
+			}
+			if strings.Contains(config, "oidc:bob@example.com") {
+				t.Error("members are in the vCluster config: a member change would restart the control plane")
+			}
+
+			// A member change: same values, nothing sent to Helm.
+			vc.Members = append(vc.Members, Member{Kind: MemberKindUser, Name: "dave@example.com", Role: RoleMember})
+			if o, err := c.Observe(h.ctx, vc); err != nil || !o.ReleaseUpToDate {
+				t.Errorf("after a member change the release must stay up to date (up to date %v, err %v)", o.ReleaseUpToDate, err)
+			}
+			if res, err := c.EnsureRelease(h.ctx, vc); err != nil || res.Action != "unchanged" {
+				t.Errorf("member change: %+v, %v; want unchanged", res, err)
+			}
+		})
 	}
 }
 
 // vclusterConfig is the values the chart hands the vCluster control plane
-// (Secret vc-config-<release>, key config.yaml).
+// (Secret vc-config-<release>, key config.yaml), re-encoded so the check
+// does not depend on how the chart quotes strings.
 func vclusterConfig(t *testing.T, h *harness, ns, release string) string {
 	t.Helper()
 	sec, err := h.kube.CoreV1().Secrets(ns).Get(h.ctx, "vc-config-"+release, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Decode the YAML and re-encode the manifests, so the check does not
-	// depend on how the chart quotes multi-line strings.
 	var cfg map[string]any
 	if err := yaml.Unmarshal(sec.Data["config.yaml"], &cfg); err != nil {
 		t.Fatal(err)
@@ -363,8 +359,7 @@ func vclusterConfig(t *testing.T, h *harness, ns, release string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	manifests := nestedMap(t, cfg, "experimental", "deploy", "vcluster")["manifests"].(string)
-	return string(out) + "\n" + manifests
+	return string(out)
 }
 
 // aggregateClusterRoles plays kube-controller-manager's clusterrole

@@ -26,13 +26,16 @@ const (
 // tenantRoles lists, per team role, the ClusterRole it is bound to and the
 // name of the ClusterRoleBinding inside the virtual cluster. One binding per
 // role keeps names fixed (roleRef is immutable, so a binding never changes
-// role) and independent of what characters principals contain.
+// role) and independent of what characters principals contain. The names
+// differ from the gpuplane:team-* bindings earlier versions deployed through
+// the chart's values, which vCluster's deployer removes once they are gone
+// from the values; it never touches these.
 var tenantRoles = []struct {
 	role, clusterRole, binding string
 }{
-	{RoleOwner, "cluster-admin", "gpuplane:team-owners"},
-	{RoleMember, "edit", "gpuplane:team-members"},
-	{RoleViewer, "view", "gpuplane:team-viewers"},
+	{RoleOwner, "cluster-admin", "gpuplane:tenant-owners"},
+	{RoleMember, "edit", "gpuplane:tenant-members"},
+	{RoleViewer, "view", "gpuplane:tenant-viewers"},
 }
 
 // OIDCCAConfigMapName is the ConfigMap in the host namespace holding the
@@ -56,8 +59,8 @@ const (
 // "Group <GroupsPrefix><name>", exactly what the virtual API server's OIDC
 // authenticator makes of a token. The result is sorted by name, subjects are
 // sorted and deduplicated, and a role without members gets no binding (the
-// vCluster deployer then deletes the one it applied before). Members with an
-// unknown kind or role, or an empty name, are left out.
+// worker then deletes the one it applied before). Members with an unknown
+// kind or role, or an empty name, are left out.
 func RenderTenantRBAC(vc VirtualCluster, s Settings) []rbacv1.ClusterRoleBinding {
 	o := s.OIDC
 	subjects := map[string][]rbacv1.Subject{}
@@ -106,18 +109,6 @@ func RenderTenantRBAC(vc VirtualCluster, s Settings) []rbacv1.ClusterRoleBinding
 	}
 	slices.SortFunc(out, func(a, b rbacv1.ClusterRoleBinding) int { return strings.Compare(a.Name, b.Name) })
 	return out
-}
-
-// RenderTenantRBACManifests renders RenderTenantRBAC as a multi-document
-// YAML string for experimental.deploy.vcluster.manifests. It is empty when
-// there is nothing to bind.
-func RenderTenantRBACManifests(vc VirtualCluster, s Settings) (string, error) {
-	bindings := RenderTenantRBAC(vc, s)
-	objs := make([]any, len(bindings))
-	for i := range bindings {
-		objs[i] = &bindings[i]
-	}
-	return manifestsYAML(objs...)
 }
 
 // renderOIDCCAConfigMap is the host-side ConfigMap carrying the issuer CA.

@@ -1,15 +1,12 @@
 package hostcluster
 
 import (
-	"context"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-	"sigs.k8s.io/yaml"
-
-	"github.com/gpuplane/gpuplane/internal/devenv/vclusterchart"
 )
 
 // A syntactically valid PEM block is enough for rendering; the real CA is
@@ -53,9 +50,9 @@ func TestRenderTenantRBAC(t *testing.T) {
 		subjects   []string
 	}
 	wants := []want{
-		{"gpuplane:team-members", "edit", []string{"User oidc:anna@example.com", "User oidc:carol@example.com"}},
-		{"gpuplane:team-owners", "cluster-admin", []string{"Group oidc:ml-leads", "User oidc:bob@example.com"}},
-		{"gpuplane:team-viewers", "view", []string{"Group oidc:team-a-viewers"}},
+		{"gpuplane:tenant-members", "edit", []string{"User oidc:anna@example.com", "User oidc:carol@example.com"}},
+		{"gpuplane:tenant-owners", "cluster-admin", []string{"Group oidc:ml-leads", "User oidc:bob@example.com"}},
+		{"gpuplane:tenant-viewers", "view", []string{"Group oidc:team-a-viewers"}},
 	}
 	if len(got) != len(wants) {
 		t.Fatalf("got %d bindings, want %d: %+v", len(got), len(wants), got)
@@ -84,16 +81,8 @@ func TestRenderTenantRBAC(t *testing.T) {
 	reversed := vc
 	reversed.Members = slices.Clone(vc.Members)
 	slices.Reverse(reversed.Members)
-	a, err := RenderTenantRBACManifests(vc, oidcTestSettings())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := RenderTenantRBACManifests(reversed, oidcTestSettings())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a != b {
-		t.Errorf("member order changed the manifests:\n%s\n---- vs ----\n%s", a, b)
+	if a, b := RenderTenantRBAC(vc, oidcTestSettings()), RenderTenantRBAC(reversed, oidcTestSettings()); !reflect.DeepEqual(a, b) {
+		t.Errorf("member order changed the bindings:\n%+v\n---- vs ----\n%+v", a, b)
 	}
 
 	// No prefixes: subjects are the bare names.
@@ -110,52 +99,13 @@ func TestRenderTenantRBAC(t *testing.T) {
 
 	// Only viewers: a single binding.
 	vc.Members = []Member{{Kind: MemberKindUser, Name: "v@example.com", Role: RoleViewer}}
-	if got := RenderTenantRBAC(vc, plain); len(got) != 1 || got[0].Name != "gpuplane:team-viewers" {
+	if got := RenderTenantRBAC(vc, plain); len(got) != 1 || got[0].Name != "gpuplane:tenant-viewers" {
 		t.Errorf("viewers only: %+v", got)
 	}
 	vc.Members = nil
 	if got := RenderTenantRBAC(vc, plain); len(got) != 0 {
 		t.Errorf("no members: %+v", got)
 	}
-	if m, err := RenderTenantRBACManifests(vc, plain); err != nil || m != "" {
-		t.Errorf("no members: manifests %q, %v", m, err)
-	}
-}
-
-func TestRenderTenantRBACManifestsParse(t *testing.T) {
-	vc := testVC("ml-dev", "team-a", "research", TierShared)
-	vc.Members = teamAMembers()
-	text, err := RenderTenantRBACManifests(vc, oidcTestSettings())
-	if err != nil {
-		t.Fatal(err)
-	}
-	bindings := parseBindings(t, text)
-	if want := RenderTenantRBAC(vc, oidcTestSettings()); len(bindings) != len(want) {
-		t.Fatalf("parsed %d bindings, rendered %d:\n%s", len(bindings), len(want), text)
-	}
-	for i, b := range bindings {
-		if b.APIVersion != "rbac.authorization.k8s.io/v1" || b.Kind != "ClusterRoleBinding" {
-			t.Errorf("document %d: %s %s", i, b.APIVersion, b.Kind)
-		}
-	}
-}
-
-// parseBindings splits a manifests string the way vCluster's deployer does
-// (YAML documents) and decodes each strictly.
-func parseBindings(t *testing.T, text string) []rbacv1.ClusterRoleBinding {
-	t.Helper()
-	var out []rbacv1.ClusterRoleBinding
-	for _, doc := range strings.Split(text, "\n---\n") {
-		if strings.TrimSpace(doc) == "" {
-			continue
-		}
-		var b rbacv1.ClusterRoleBinding
-		if err := yaml.UnmarshalStrict([]byte(doc), &b); err != nil {
-			t.Fatalf("document does not decode as a ClusterRoleBinding: %v\n%s", err, doc)
-		}
-		out = append(out, b)
-	}
-	return out
 }
 
 func nestedMap(t *testing.T, v map[string]any, path ...string) map[string]any {
@@ -172,7 +122,7 @@ func nestedMap(t *testing.T, v map[string]any, path ...string) map[string]any {
 
 func extraArgs(t *testing.T, values map[string]any) []string {
 	t.Helper()
-	apiServer := nestedMap(t, values, "controlPlane", "distro", "k8s", "apiServer")
+	apiServer, _ := nestedMap(t, values, "controlPlane", "distro", "k8s")["apiServer"].(map[string]any)
 	raw, _ := apiServer["extraArgs"].([]any)
 	var out []string
 	for _, a := range raw {
@@ -202,8 +152,8 @@ func TestRenderVClusterValuesOIDC(t *testing.T) {
 	if got := extraArgs(t, v); !slices.Equal(got, wantArgs) {
 		t.Errorf("extraArgs\n got %q\nwant %q", got, wantArgs)
 	}
-	if tag := nestedMap(t, v, "controlPlane", "distro", "k8s", "apiServer", "image")["tag"]; tag != "v1.30.2" {
-		t.Errorf("apiServer image tag lost: %v", tag)
+	if tag := nestedMap(t, v, "controlPlane", "distro", "k8s", "image")["tag"]; tag != "v1.35.0" {
+		t.Errorf("distro image tag lost: %v", tag)
 	}
 
 	persistence := nestedMap(t, v, "controlPlane", "statefulSet", "persistence")
@@ -225,9 +175,8 @@ func TestRenderVClusterValuesOIDC(t *testing.T) {
 			t.Errorf("host manifests lack %q:\n%s", want, host)
 		}
 	}
-	manifests := nestedMap(t, v, "experimental", "deploy", "vcluster")["manifests"].(string)
-	if want, _ := RenderTenantRBACManifests(vc, s); manifests != want || manifests == "" {
-		t.Errorf("vcluster manifests are not the rendered RBAC:\n%s", manifests)
+	if _, ok := nestedMap(t, v, "experimental", "deploy")["vcluster"]; ok {
+		t.Error("the team's RBAC must not be in the values (a member change would restart the control plane)")
 	}
 	if nestedMap(t, v, "experimental", "syncSettings")["setOwner"] != false {
 		t.Error("OIDC must not replace the sync settings")
@@ -243,7 +192,7 @@ func TestRenderVClusterValuesOIDC(t *testing.T) {
 	if _, ok := nestedMap(t, v, "controlPlane", "statefulSet")["persistence"]; ok {
 		t.Error("volumes rendered without a CA")
 	}
-	if _, ok := nestedMap(t, v, "experimental", "deploy")["host"]; ok {
+	if _, ok := nestedMap(t, v, "experimental")["deploy"]; ok {
 		t.Error("host manifests rendered without a CA")
 	}
 
@@ -270,7 +219,11 @@ func TestRenderVClusterValuesOIDC(t *testing.T) {
 	}
 }
 
-func TestMemberChangeChangesValuesHash(t *testing.T) {
+// TestMemberChangeKeepsValues: members are not part of the chart's
+// values, so no member change can change the control plane's pod template
+// (the chart hashes every value into it). Proven on a real API server in
+// internal/reconcile (TestMemberChangeKeepsControlPlane).
+func TestMemberChangeKeepsValues(t *testing.T) {
 	s := oidcTestSettings()
 	base := testVC("ml-dev", "team-a", "research", TierShared)
 	base.Members = teamAMembers()
@@ -283,65 +236,23 @@ func TestMemberChangeChangesValuesHash(t *testing.T) {
 		return valuesHash(v, "chart")
 	}
 	h0 := hash(base)
-
-	same := base
-	same.Members = slices.Clone(base.Members)
-	slices.Reverse(same.Members)
-	if hash(same) != h0 {
-		t.Error("reordered members changed the hash: every resync would upgrade the release")
-	}
-
 	changes := map[string]func([]Member) []Member{
 		"added": func(m []Member) []Member {
 			return append(m, Member{Kind: MemberKindUser, Name: "dave@example.com", Role: RoleViewer})
 		},
-		"removed":      func(m []Member) []Member { return m[1:] },
-		"role changed": func(m []Member) []Member { m[0].Role = RoleViewer; return m },
-		"group renamed": func(m []Member) []Member {
-			m[2].Name = "team-a-readers"
-			return m
-		},
+		"removed":       func(m []Member) []Member { return m[1:] },
+		"role changed":  func(m []Member) []Member { m[0].Role = RoleViewer; return m },
+		"group renamed": func(m []Member) []Member { m[2].Name = "team-a-readers"; return m },
+		"all gone":      func([]Member) []Member { return nil },
 	}
 	for name, change := range changes {
 		vc := base
 		vc.Members = change(slices.Clone(base.Members))
-		if hash(vc) == h0 {
-			t.Errorf("%s: values hash unchanged, the release would not be upgraded", name)
+		if hash(vc) != h0 {
+			t.Errorf("%s: values changed, the release would be upgraded and the control plane restarted", name)
 		}
-	}
-
-	// Without OIDC members do not shape the values at all.
-	s = Settings{}
-	h0 = hash(base)
-	vc := base
-	vc.Members = nil
-	if hash(vc) != h0 {
-		t.Error("without OIDC, members changed the values")
-	}
-}
-
-func TestOIDCValuesMatchChartSchema(t *testing.T) {
-	dir, err := vclusterchart.Dir(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	noCA := oidcTestSettings()
-	noCA.OIDC.CACertPEM = nil
-	for _, tc := range []struct {
-		name string
-		vc   VirtualCluster
-		s    Settings
-	}{
-		{"shared", testVC("a", "t", "d", TierShared), oidcTestSettings()},
-		{"dedicated", testVC("b", "t", "d", TierDedicated), oidcTestSettings()},
-		{"no CA", testVC("c", "t", "d", TierShared), noCA},
-		{"no members", testVC("e", "t", "d", TierShared), Settings{OIDC: OIDCSettings{IssuerURL: "https://idp.example.com"}}},
-	} {
-		if tc.name != "no members" {
-			tc.vc.Members = teamAMembers()
-		}
-		if err := ValidateValues(dir, RenderVClusterValues(tc.vc, tc.s)); err != nil {
-			t.Errorf("%s: %v", tc.name, err)
+		if reflect.DeepEqual(RenderTenantRBAC(vc, s), RenderTenantRBAC(base, s)) {
+			t.Errorf("%s: the bindings did not change", name)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package hostcluster
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -31,10 +33,24 @@ func testVC(name, team, dept, tier string) VirtualCluster {
 		},
 		TeamQueue:         QueueSpec{Quota: Quantities{GPUCenti: 800, CPUMillis: 64000, MemoryBytes: 256 * gib}, OverQuotaWeight: 2, Priority: 120},
 		DepartmentQueue:   QueueSpec{Quota: Quantities{GPUCenti: 1600, CPUMillis: 128000, MemoryBytes: 512 * gib}, OverQuotaWeight: 1},
-		KubernetesVersion: "1.30.2",
-		ChartVersion:      "0.20.0",
+		KubernetesVersion: "v1.35.0",
+		ChartVersion:      newChart,
 		Generation:        1,
 	}
+}
+
+// The chart versions gpuplane offers by default: the current one, and the
+// one virtual clusters created before it keep until they are upgraded.
+const (
+	newChart = "0.36.1"
+	oldChart = "0.20.0"
+)
+
+// oldVC is testVC on chart 0.20 with a Kubernetes version it runs.
+func oldVC(name, team, dept, tier string) VirtualCluster {
+	vc := testVC(name, team, dept, tier)
+	vc.ChartVersion, vc.KubernetesVersion = oldChart, "1.30.2"
+	return vc
 }
 
 func TestNamesAreDistinctLabels(t *testing.T) {
@@ -214,60 +230,141 @@ func TestRenderNetworkPolicy(t *testing.T) {
 func TestRenderVClusterValues(t *testing.T) {
 	s := Settings{}
 	v := RenderVClusterValues(testVC("ml-dev", "t", "d", TierShared), s)
-	sync := v["experimental"].(map[string]any)["syncSettings"].(map[string]any)
+	sync := nestedMap(t, v, "experimental", "syncSettings")
 	if owner, ok := sync["setOwner"]; !ok || owner != false {
 		t.Fatalf("setOwner must be written as false, got %v (present %v)", owner, ok)
 	}
-	if labels := sync["syncLabels"].([]any); len(labels) != 1 || labels[0] != KAIQueueLabel {
-		t.Fatalf("syncLabels = %v", labels)
+	if _, ok := sync["syncLabels"]; ok {
+		t.Error("syncLabels does not exist from chart 0.21")
 	}
-	if _, ok := v["sync"]; ok {
+	image := nestedMap(t, v, "controlPlane", "statefulSet", "image")
+	if got := fmt.Sprintf("%s/%s:%s", image["registry"], image["repository"], image["tag"]); got != "ghcr.io/loft-sh/vcluster-oss:0.36.1" {
+		t.Errorf("control plane image %s, want the OSS build of the chart version", got)
+	}
+	k8s := nestedMap(t, v, "controlPlane", "distro", "k8s")
+	if k8s["enabled"] != true || nestedMap(t, k8s, "image")["tag"] != "v1.35.0" {
+		t.Errorf("k8s distro %v", k8s)
+	}
+	for _, removed := range []string{"apiServer", "controllerManager", "scheduler"} {
+		if _, ok := k8s[removed]; ok {
+			t.Errorf("chart 0.36 has no per-component image key %s", removed)
+		}
+	}
+	pcs := nestedMap(t, v, "sync", "fromHost", "priorityClasses")
+	if pcs["enabled"] != true || nestedMap(t, pcs, "selector", "matchLabels")[TenantPriorityClassLabel] != "true" {
+		t.Errorf("priority classes sync %v", pcs)
+	}
+	if _, ok := nestedMap(t, v, "sync")["toHost"]; ok {
 		t.Error("shared tier must not pin nodes")
 	}
 	if got := v["exportKubeConfig"].(map[string]any)["server"]; got != "https://ml-dev.vc-ml-dev.svc" {
 		t.Errorf("exportKubeConfig.server = %v", got)
 	}
-	k8s := v["controlPlane"].(map[string]any)["distro"].(map[string]any)["k8s"].(map[string]any)
-	if tag := k8s["apiServer"].(map[string]any)["image"].(map[string]any)["tag"]; tag != "v1.30.2" {
-		t.Errorf("apiServer tag %v", tag)
+	if sans := nestedMap(t, v, "controlPlane", "proxy")["extraSANs"]; !reflect.DeepEqual(sans, []any{"ml-dev.vc-ml-dev.svc"}) {
+		t.Errorf("extraSANs %v", sans)
 	}
-	quota := v["policies"].(map[string]any)["resourceQuota"].(map[string]any)["quota"].(map[string]any)
+	quota := nestedMap(t, v, "policies", "resourceQuota", "quota")
 	for k, want := range map[string]any{"requests.cpu": "33", "requests.memory": "130Gi", "requests.nvidia.com/gpu": "4"} {
 		if quota[k] != want {
 			t.Errorf("quota %s = %v, want %v", k, quota[k], want)
 		}
 	}
-
-	newer := testVC("ml-dev", "t", "d", TierDedicated)
-	newer.ChartVersion = "v0.21.1"
-	v = RenderVClusterValues(newer, s)
-	if _, ok := v["experimental"].(map[string]any)["syncSettings"].(map[string]any)["syncLabels"]; ok {
-		t.Error("syncLabels does not exist from chart 0.21")
+	if _, ok := quota["services.nodeports"]; ok {
+		t.Error("ClusterIP exposure keeps the chart's node port quota")
 	}
-	pods := v["sync"].(map[string]any)["toHost"].(map[string]any)["pods"].(map[string]any)
+
+	dedicated := RenderVClusterValues(testVC("ml-dev", "t", "d", TierDedicated), s)
+	pods := nestedMap(t, dedicated, "sync", "toHost", "pods")
 	if tol := pods["enforceTolerations"].([]any); len(tol) != 1 || tol[0] != "gpuplane.io/pool=dedicated-t:NoSchedule" {
 		t.Errorf("enforceTolerations = %v", tol)
 	}
-	sel := v["sync"].(map[string]any)["fromHost"].(map[string]any)["nodes"].(map[string]any)["selector"].(map[string]any)["labels"]
-	if sel.(map[string]any)["gpuplane.io/pool"] != "dedicated-t" {
+	if sel := nestedMap(t, dedicated, "sync", "fromHost", "nodes", "selector", "labels"); sel["gpuplane.io/pool"] != "dedicated-t" {
 		t.Errorf("node selector = %v", sel)
+	}
+	if nestedMap(t, dedicated, "sync", "fromHost", "priorityClasses")["enabled"] != true {
+		t.Error("DEDICATED lost the priority class sync")
+	}
+
+	// Chart 0.20 (virtual clusters created before 0.36 was offered): its
+	// own keys, as before.
+	v = RenderVClusterValues(oldVC("ml-dev", "t", "d", TierShared), s)
+	if labels := nestedMap(t, v, "experimental", "syncSettings")["syncLabels"].([]any); len(labels) != 1 || labels[0] != KAIQueueLabel {
+		t.Fatalf("syncLabels = %v", labels)
+	}
+	k8s = nestedMap(t, v, "controlPlane", "distro", "k8s")
+	for _, c := range []string{"apiServer", "controllerManager", "scheduler"} {
+		if tag := nestedMap(t, k8s, c, "image")["tag"]; tag != "v1.30.2" {
+			t.Errorf("chart 0.20 %s tag %v", c, tag)
+		}
+	}
+	if _, ok := k8s["image"]; ok {
+		t.Error("chart 0.20 has no distro.k8s.image")
+	}
+	if nestedMap(t, v, "controlPlane", "statefulSet", "image")["tag"] != "0.20.0" {
+		t.Error("chart 0.20 must run its own control plane image")
+	}
+	if _, ok := v["sync"]; ok {
+		t.Error("chart 0.20 has no sync.fromHost.priorityClasses (and SHARED pins nothing)")
+	}
+}
+
+// allChartValues renders every combination worth validating against a
+// chart's schema.
+func allChartValues(chart string) map[string]map[string]any {
+	vc := func(name, tier string) VirtualCluster {
+		v := testVC(name, "t", "d", tier)
+		if chart == oldChart {
+			v = oldVC(name, "t", "d", tier)
+		}
+		return v
+	}
+	unlimited := vc("free", TierShared)
+	unlimited.Leaf.Limit = nil
+	unlimited.KubernetesVersion = ""
+	oidc := oidcTestSettings()
+	noCA := oidcTestSettings()
+	noCA.OIDC.CACertPEM = nil
+	out := map[string]map[string]any{
+		"shared":           RenderVClusterValues(vc("a", TierShared), Settings{IngressNamespaces: []string{"x"}}),
+		"dedicated":        RenderVClusterValues(vc("b", TierDedicated), Settings{}),
+		"no limit":         RenderVClusterValues(unlimited, Settings{}),
+		"oidc":             RenderVClusterValues(vc("c", TierDedicated), oidc),
+		"oidc without CA":  RenderVClusterValues(vc("d", TierShared), noCA),
+		"oidc, no members": RenderVClusterValues(vc("e", TierShared), Settings{OIDC: OIDCSettings{IssuerURL: "https://idp.example.com"}}),
+	}
+	for _, e := range testExposures() {
+		s := oidc
+		s.Exposure = e
+		out["exposure "+e.Mode] = RenderVClusterValues(vc("f", TierShared), s)
+	}
+	return out
+}
+
+func testExposures() []Exposure {
+	return []Exposure{
+		{Mode: ExposeLoadBalancer, Annotations: map[string]string{"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"}},
+		{Mode: ExposeNodePort, Host: "nodes.gpu.example.com"},
+		{Mode: ExposeIngress, Host: "{name}.vc.example.com", IngressClassName: "nginx"},
 	}
 }
 
 func TestValuesMatchChartSchema(t *testing.T) {
-	dir, err := vclusterchart.Dir(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	unlimited := testVC("free", "t", "d", TierShared)
-	unlimited.Leaf.Limit = nil
-	unlimited.KubernetesVersion = ""
-	for _, vc := range []VirtualCluster{testVC("a", "t", "d", TierShared), testVC("b", "t", "d", TierDedicated), unlimited} {
-		if err := ValidateValues(dir, RenderVClusterValues(vc, Settings{IngressNamespaces: []string{"x"}})); err != nil {
-			t.Errorf("%s (%s): %v", vc.Name, vc.Tier, err)
+	for _, chart := range []string{newChart, oldChart} {
+		dir, err := vclusterchart.Dir(context.Background(), chart)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, values := range allChartValues(chart) {
+			if err := ValidateValues(dir, values); err != nil {
+				t.Errorf("chart %s, %s: %v", chart, name, err)
+			}
 		}
 	}
 
+	dir, err := vclusterchart.Dir(context.Background(), newChart)
+	if err != nil {
+		t.Fatal(err)
+	}
 	bad := RenderVClusterValues(testVC("a", "t", "d", TierShared), Settings{})
 	bad["experimental"].(map[string]any)["syncSettings"].(map[string]any)["setOwner"] = "no"
 	bad["controlPlane"].(map[string]any)["statefulSet"].(map[string]any)["replicas"] = 2
@@ -282,6 +379,13 @@ func TestValuesMatchChartSchema(t *testing.T) {
 		}
 	}
 	t.Logf("schema error reads: %v", err)
+
+	// The 0.20 values are not valid for 0.36 (the per-component image keys
+	// were removed in 0.25): the chart version selects the schema.
+	if err := ValidateValues(dir, RenderVClusterValues(oldVC("a", "t", "d", TierShared), Settings{})); err == nil ||
+		!strings.Contains(err.Error(), "apiServer") {
+		t.Errorf("0.20 values against the 0.36 schema: %v", err)
+	}
 }
 
 func TestParseAllocated(t *testing.T) {

@@ -24,17 +24,25 @@ type Settings struct {
 	// TierProfiles parameterise the admission guardrails and Pod Security
 	// level per isolation tier; tiers not listed get DefaultTierProfiles.
 	TierProfiles map[string]TierProfile
-	// IngressNamespaces may reach tenant pods besides the tenant's own
-	// namespace (ingress controller, gpuplane itself, monitoring).
+	// IngressNamespaces may reach tenant pods, the virtual API server
+	// included, besides the tenant's own namespace: the ingress controller
+	// (Exposure ExposeIngress), gpuplane itself (its worker applies the
+	// team's RBAC inside each virtual cluster), monitoring.
 	IngressNamespaces []string
-	// KubeconfigServer is the API server URL written into the exported
-	// kubeconfig; "{name}" and "{namespace}" are replaced. Default: the
-	// in-cluster Service, https://{name}.{namespace}.svc (what gpuplane itself
-	// uses; tenants get an OIDC kubeconfig for an ingress later).
+	// KubeconfigServer is the API server URL vCluster writes into its admin
+	// kubeconfig Secret; "{name}" and "{namespace}" are replaced. It is the
+	// address gpuplane's worker uses, so it must be reachable from inside
+	// the host cluster. Default: the in-cluster Service,
+	// https://{name}.{namespace}.svc. Members get the address of Exposure.
 	KubeconfigServer string
-	// ControlPlaneImageRepository overrides the vCluster syncer image
-	// repository. Default "loft-sh/vcluster-oss": the chart defaults to the
-	// Pro image, which gpuplane neither needs nor licenses.
+	// Exposure says how members reach each virtual API server from outside
+	// the host cluster; the member-facing endpoint comes from it.
+	Exposure Exposure
+	// ControlPlaneImageRegistry and ControlPlaneImageRepository override the
+	// vCluster control plane image. Default "ghcr.io" and
+	// "loft-sh/vcluster-oss": the chart defaults to the Pro image, which
+	// gpuplane neither needs nor licenses. The tag is the chart version.
+	ControlPlaneImageRegistry   string
 	ControlPlaneImageRepository string
 	// Chart is where the vCluster chart comes from.
 	Chart ChartSource
@@ -122,8 +130,14 @@ func (s Settings) withDefaults() Settings {
 	if s.KubeconfigServer == "" {
 		s.KubeconfigServer = defaultKubeconfigServer
 	}
+	if s.ControlPlaneImageRegistry == "" {
+		s.ControlPlaneImageRegistry = "ghcr.io"
+	}
 	if s.ControlPlaneImageRepository == "" {
 		s.ControlPlaneImageRepository = "loft-sh/vcluster-oss"
+	}
+	if s.Exposure.Mode == "" {
+		s.Exposure.Mode = ExposeClusterIP
 	}
 	if s.OIDC.Enabled() {
 		s.OIDC = s.OIDC.withDefaults()
@@ -135,8 +149,15 @@ func (s Settings) kubeconfigServer(vcName string) string {
 	return strings.NewReplacer("{name}", ReleaseName(vcName), "{namespace}", NamespaceName(vcName)).Replace(s.KubeconfigServer)
 }
 
-// serverHost is the host the control plane certificate must be valid for.
+// serverHost is the host of a URL ("https://vc.example.com:6443") or of a
+// bare host[:port]: what the control plane certificate must be valid for.
 func serverHost(server string) string {
+	if server == "" {
+		return ""
+	}
+	if !strings.Contains(server, "://") {
+		server = "https://" + server
+	}
 	u, err := url.Parse(server)
 	if err != nil {
 		return ""

@@ -3,6 +3,7 @@ package hostcluster
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -11,6 +12,8 @@ import (
 	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
+
+	"github.com/gpuplane/gpuplane/internal/vclusterversions"
 )
 
 // Room in the host ResourceQuota for what runs in the namespace besides the
@@ -23,16 +26,34 @@ const (
 )
 
 // RenderVClusterValues renders the vCluster chart values (vcluster.yaml
-// format, chart 0.20+).
+// format) for the chart version the virtual cluster runs. Existing virtual
+// clusters keep their chart version until a change request moves them, so
+// every offered version (vclusterversions) renders its own schema.
 //
 //   - experimental.syncSettings.setOwner is written as false explicitly:
 //     otherwise synced pods are owned by the vCluster Service, which KAI's
 //     pod-grouper cannot read, and the pods are never scheduled.
-//   - On chart 0.20.x vCluster rewrites every pod label key on the host
+//   - The control plane image is pinned to the OSS build of the chart's own
+//     version (ghcr.io/loft-sh/vcluster-oss:<chart>): the chart defaults to
+//     the Pro image, and the copy inside the Go module carries a placeholder
+//     chart version (0.0.1) it would otherwise derive the tag from.
+//   - The k8s distro is enabled explicitly (the only one from 0.25; in 0.20
+//     also the default, but the OIDC extraArgs only apply to it). Its version
+//     is one image tag from 0.25 (controlPlane.distro.k8s.image.tag); chart
+//     0.20 has one tag per component (apiServer, controllerManager,
+//     scheduler), which set explicitly override the distro.k8s.version
+//     shortcut.
+//   - On chart 0.20 vCluster rewrites every pod label key on the host
 //     unless it is listed in experimental.syncSettings.syncLabels, so
 //     kai.scheduler/queue is listed; from 0.21 labels pass through and the
 //     key no longer exists in the schema. Either way the host admission
 //     policies decide which queue a pod may use.
+//   - From 0.21 (the schema gpuplane renders for 0.36) host priority classes
+//     labelled TenantPriorityClassLabel are synced into the virtual cluster
+//     (sync.fromHost.priorityClasses with a selector), so tenant pods keep
+//     KAI's priority class names (train, build-preemptible, build,
+//     inference) on the host; without it the syncer blanks
+//     priorityClassName. Chart 0.20 has no such option.
 //   - DEDICATED pins pods to the team's own node pool (node selector +
 //     toleration of its taint) and syncs only those nodes into the virtual
 //     cluster.
@@ -42,58 +63,65 @@ const (
 //     capacity above its quota. Limits are not capped and the LimitRange
 //     sets default requests only, so pods need no limits and a large request
 //     never collides with a small default limit. Object counts keep the
-//     chart's defaults.
+//     chart's defaults, except the node ports and load balancers the
+//     control plane's own Service needs (Settings.Exposure).
+//   - The control plane is exposed as Settings.Exposure says (exposureValues).
 //   - With Settings.OIDC the virtual API server gets the --oidc-* flags (see
-//     addOIDCValues) and the team's RBAC is deployed inside the virtual
-//     cluster. The k8s distro is enabled explicitly: in chart 0.20 it is also
-//     the default when no distro is enabled, but the extraArgs only apply to
-//     it (k3s and k0s have their own), and the distro cannot change later.
+//     addOIDCValues). The team's RBAC inside the virtual cluster is not part
+//     of the values: the chart hashes all values into the control plane's
+//     pod template, so a member change would restart it. The worker applies
+//     it through the admin kubeconfig instead (tenantaccess.go).
 func RenderVClusterValues(vc VirtualCluster, s Settings) map[string]any {
 	s = s.withDefaults()
 	server := s.kubeconfigServer(vc.Name)
+	chartVersion := vclusterversions.Normalize(vc.ChartVersion)
 
 	syncSettings := map[string]any{"setOwner": false}
-	if chartBefore021(vc.ChartVersion) {
+	if chartBefore(chartVersion, 21) {
 		syncSettings["syncLabels"] = []any{KAIQueueLabel}
 	}
 
-	statefulSet := map[string]any{
-		"image": map[string]any{"repository": s.ControlPlaneImageRepository},
+	image := map[string]any{"registry": s.ControlPlaneImageRegistry, "repository": s.ControlPlaneImageRepository}
+	if chartVersion != "" {
+		image["tag"] = chartVersion
 	}
-	if v := strings.TrimPrefix(vc.ChartVersion, "v"); v != "" {
-		// The chart derives the image tag from its own version, which is a
-		// placeholder (0.0.1) in the copy inside the Go module; pin it.
-		statefulSet["image"].(map[string]any)["tag"] = v
-	}
+	statefulSet := map[string]any{"image": image}
 	k8s := map[string]any{"enabled": true}
 	if v := vc.KubernetesVersion; v != "" {
 		if !strings.HasPrefix(v, "v") {
 			v = "v" + v
 		}
-		// Set each component's tag rather than the distro.k8s.version
-		// shortcut, which only applies while the tags equal the chart's
-		// built-in default.
-		for _, c := range []string{"apiServer", "controllerManager", "scheduler"} {
-			k8s[c] = map[string]any{"image": map[string]any{"tag": v}}
+		if chartBefore(chartVersion, 25) {
+			for _, c := range []string{"apiServer", "controllerManager", "scheduler"} {
+				k8s[c] = map[string]any{"image": map[string]any{"tag": v}}
+			}
+		} else {
+			k8s["image"] = map[string]any{"tag": v}
 		}
 	}
 	controlPlane := map[string]any{
 		"distro":      map[string]any{"k8s": k8s},
 		"statefulSet": statefulSet,
 	}
-	if host := serverHost(server); host != "" {
-		controlPlane["proxy"] = map[string]any{"extraSANs": []any{host}}
-	}
 	experimental := map[string]any{"syncSettings": syncSettings}
+	var hostManifests []any
 	if s.OIDC.Enabled() {
-		addOIDCValues(vc, s, k8s, statefulSet, experimental)
+		hostManifests = append(hostManifests, addOIDCValues(vc, s, k8s, statefulSet)...)
+	}
+	quota := resourceQuotaValues(vc.Leaf)
+	hostManifests = append(hostManifests, exposureValues(vc, s, controlPlane, quota)...)
+	if sans := extraSANs(server, s.exposureHost(vc.Name)); len(sans) > 0 {
+		controlPlane["proxy"] = map[string]any{"extraSANs": sans}
+	}
+	if len(hostManifests) > 0 {
+		experimental["deploy"] = map[string]any{"host": map[string]any{"manifests": mustManifestsYAML(hostManifests...)}}
 	}
 
 	values := map[string]any{
 		"controlPlane": controlPlane,
 		"experimental": experimental,
 		"policies": map[string]any{
-			"resourceQuota": map[string]any{"enabled": true, "quota": resourceQuotaValues(vc.Leaf)},
+			"resourceQuota": map[string]any{"enabled": true, "quota": quota},
 			"limitRange": map[string]any{
 				"enabled": true,
 				// Default requests stay (the quota counts requests, so every pod
@@ -121,27 +149,58 @@ func RenderVClusterValues(vc VirtualCluster, s Settings) map[string]any {
 			}},
 		}
 	}
+	if !chartBefore(chartVersion, 21) {
+		setNested(values, map[string]any{
+			"enabled":  true,
+			"selector": map[string]any{"matchLabels": map[string]any{TenantPriorityClassLabel: "true"}},
+		}, "sync", "fromHost", "priorityClasses")
+	}
 	return values
 }
 
+// setNested sets values[path...] = v, creating the maps on the way and
+// keeping what is already there.
+func setNested(values map[string]any, v any, path ...string) {
+	m := values
+	for _, k := range path[:len(path)-1] {
+		next, ok := m[k].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			m[k] = next
+		}
+		m = next
+	}
+	m[path[len(path)-1]] = v
+}
+
+// extraSANs are the hosts the control plane certificate must be valid for
+// besides its Service names (which vCluster adds itself, with a
+// LoadBalancer's observed address).
+func extraSANs(hosts ...string) []any {
+	var out []any
+	for _, h := range hosts {
+		if h = serverHost(h); h != "" && !slices.Contains(out, any(h)) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
 // addOIDCValues makes the virtual API server accept the platform's ID
-// tokens and binds the team inside the virtual cluster:
+// tokens and returns the host manifests that needs:
 //
 //   - controlPlane.distro.k8s.apiServer.extraArgs: the --oidc-* flags
-//     (OIDCSettings.APIServerArgs). In chart 0.20 the virtual kube-apiserver
-//     runs inside the control plane container; the vCluster proxy in front of
+//     (OIDCSettings.APIServerArgs). The virtual kube-apiserver runs inside
+//     the control plane's syncer container; the vCluster proxy in front of
 //     it authenticates bearer tokens with a TokenReview against it, so OIDC
 //     tokens work through the exported endpoint too.
 //   - With a CA bundle: a ConfigMap in the host namespace, created by the
 //     release itself (experimental.deploy.host.manifests), mounted through
 //     controlPlane.statefulSet.persistence.addVolumes/addVolumeMounts at
-//     OIDCCAFile. The chart puts the whole values into a pod template
-//     annotation, so a new CA also restarts the control plane.
-//   - experimental.deploy.vcluster.manifests: RenderTenantRBACManifests. The
-//     vCluster deployer applies them at start and deletes objects that were
-//     dropped since the last applied version, so removing a member removes
-//     its access at the next upgrade.
-func addOIDCValues(vc VirtualCluster, s Settings, k8s, statefulSet, experimental map[string]any) {
+//     OIDCCAFile. The chart hashes the values into the pod template, so a
+//     new CA restarts the control plane (a platform-wide change, not a
+//     tenant's).
+func addOIDCValues(vc VirtualCluster, s Settings, k8s, statefulSet map[string]any) []any {
 	caFile := ""
 	if len(s.OIDC.CACertPEM) > 0 {
 		caFile = OIDCCAFile
@@ -158,29 +217,19 @@ func addOIDCValues(vc VirtualCluster, s Settings, k8s, statefulSet, experimental
 	}
 	apiServer["extraArgs"] = extra
 
-	deploy := map[string]any{}
-	if caFile != "" {
-		statefulSet["persistence"] = map[string]any{
-			"addVolumes": []any{map[string]any{
-				"name":      oidcCAVolumeName,
-				"configMap": map[string]any{"name": OIDCCAConfigMapName},
-			}},
-			"addVolumeMounts": []any{map[string]any{
-				"name": oidcCAVolumeName, "mountPath": oidcCAMountPath, "readOnly": true,
-			}},
-		}
-		deploy["host"] = map[string]any{"manifests": mustManifestsYAML(renderOIDCCAConfigMap(vc, s.OIDC.CACertPEM))}
+	if caFile == "" {
+		return nil
 	}
-	rbac, err := RenderTenantRBACManifests(vc, s)
-	if err != nil {
-		panic(err) // typed API objects always marshal
+	statefulSet["persistence"] = map[string]any{
+		"addVolumes": []any{map[string]any{
+			"name":      oidcCAVolumeName,
+			"configMap": map[string]any{"name": OIDCCAConfigMapName},
+		}},
+		"addVolumeMounts": []any{map[string]any{
+			"name": oidcCAVolumeName, "mountPath": oidcCAMountPath, "readOnly": true,
+		}},
 	}
-	if rbac != "" {
-		deploy["vcluster"] = map[string]any{"manifests": rbac}
-	}
-	if len(deploy) > 0 {
-		experimental["deploy"] = deploy
-	}
+	return []any{renderOIDCCAConfigMap(vc, s.OIDC.CACertPEM)}
 }
 
 func mustManifestsYAML(objs ...any) string {
@@ -252,15 +301,15 @@ func resourceQuotaValues(leaf QueueSpec) map[string]any {
 	return q
 }
 
-// chartBefore021 reports whether a chart version still has
-// experimental.syncSettings.syncLabels. An empty or unparsable version is
-// treated as 0.20, the version gpuplane is tested against.
-func chartBefore021(version string) bool {
-	major, minor, ok := majorMinor(version)
+// chartBefore reports whether a chart version is older than 0.<minor>. An
+// empty or unparsable version is treated as 0.20, the oldest gpuplane
+// renders.
+func chartBefore(version string, minor int) bool {
+	major, m, ok := majorMinor(version)
 	if !ok {
 		return true
 	}
-	return major == 0 && minor < 21
+	return major == 0 && m < minor
 }
 
 func majorMinor(version string) (int, int, bool) {
@@ -329,3 +378,10 @@ func jsonRoundTrip(values map[string]any) (map[string]any, error) {
 	}
 	return out, nil
 }
+
+// TenantPriorityClassLabel marks the host priority classes tenants may use
+// (KAI's train, build-preemptible, build and inference): only those are
+// synced into virtual clusters (sync.fromHost.priorityClasses.selector),
+// so a tenant pod can name them. The host admission policies still decide
+// which of them a team may pick.
+const TenantPriorityClassLabel = "gpuplane.io/tenant-priority-class"

@@ -8,6 +8,9 @@ const (
 	KindChangeVirtualClusterQuota = "CHANGE_VIRTUAL_CLUSTER_QUOTA"
 	KindChangeTeamQuota           = "CHANGE_TEAM_QUOTA"
 	KindDeleteVirtualCluster      = "DELETE_VIRTUAL_CLUSTER"
+	// KindChangeVirtualClusterVersion moves a virtual cluster to a newer
+	// vCluster chart or Kubernetes version; no quantities change.
+	KindChangeVirtualClusterVersion = "CHANGE_VIRTUAL_CLUSTER_VERSION"
 )
 
 // Isolation tiers as policies see them in team.isolation_tier.
@@ -20,7 +23,8 @@ const (
 // that can never match, e.g. request.kind == "CREATE_VCLUSTER": the type
 // checker cannot see that typo and the policy would silently never approve.
 var (
-	knownKinds = []string{KindCreateVirtualCluster, KindChangeVirtualClusterQuota, KindChangeTeamQuota, KindDeleteVirtualCluster}
+	knownKinds = []string{KindCreateVirtualCluster, KindChangeVirtualClusterQuota, KindChangeTeamQuota, KindDeleteVirtualCluster,
+		KindChangeVirtualClusterVersion}
 	knownTiers = []string{TierShared, TierDedicated}
 )
 

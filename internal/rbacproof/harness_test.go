@@ -48,9 +48,13 @@ var shared struct {
 	env   *envtestenv.Env
 	admin *rest.Config
 	kube  kubernetes.Interface
-	chart string // vCluster chart directory
-	caPEM []byte // a CA certificate: the OIDC issuer's private CA, and vCluster's
-	err   error
+	// virtual is a second API server standing in for every virtual
+	// cluster's: the worker applies the team's RBAC in it through the admin
+	// kubeconfig the simulated control plane publishes.
+	virtual *envtestenv.Env
+	caPEM   []byte            // a CA certificate: the OIDC issuer's private CA, and vCluster's
+	charts  map[string]string // chart version -> its directory in the Go module cache
+	err     error
 }
 
 func TestMain(m *testing.M) {
@@ -59,6 +63,9 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if shared.env != nil {
 		_ = shared.env.Stop()
+	}
+	if shared.virtual != nil {
+		_ = shared.virtual.Stop()
 	}
 	os.Exit(code)
 }
@@ -70,13 +77,16 @@ func env(t *testing.T) {
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		if shared.chart, shared.err = vclusterchart.Dir(ctx); shared.err != nil {
+		if shared.charts, shared.err = vclusterchart.Dirs(ctx, defaultChart, oldChart); shared.err != nil {
 			return
 		}
 		if shared.caPEM, shared.err = selfSignedCA(); shared.err != nil {
 			return
 		}
 		if shared.env, shared.err = envtestenv.Start(ctx, envtestenv.Options{}); shared.err != nil {
+			return
+		}
+		if shared.virtual, shared.err = envtestenv.Start(ctx, envtestenv.Options{}); shared.err != nil {
 			return
 		}
 		shared.admin = shared.env.RESTConfig()

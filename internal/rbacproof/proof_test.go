@@ -37,11 +37,22 @@ func virtualCluster(name, tier string) hostcluster.VirtualCluster {
 		},
 		TeamQueue:         hostcluster.QueueSpec{Quota: hostcluster.Quantities{GPUCenti: 800, CPUMillis: 64000, MemoryBytes: 256 * gib}, OverQuotaWeight: 1, Priority: 100},
 		DepartmentQueue:   hostcluster.QueueSpec{Quota: hostcluster.Quantities{GPUCenti: 1600, CPUMillis: 128000, MemoryBytes: 512 * gib}, OverQuotaWeight: 1, Priority: 100},
-		KubernetesVersion: "1.31.1",
-		ChartVersion:      "0.20.0",
+		KubernetesVersion: "v1.36.0",
+		ChartVersion:      defaultChart,
 		Generation:        1,
+		Members: []hostcluster.Member{
+			{Kind: hostcluster.MemberKindUser, Name: "owner@example.com", Role: hostcluster.RoleOwner},
+			{Kind: hostcluster.MemberKindGroup, Name: "readers", Role: hostcluster.RoleViewer},
+		},
 	}
 }
+
+// The chart versions gpuplane offers by default (app.Defaults): new virtual
+// clusters get the first; the second is kept by older ones.
+const (
+	defaultChart = "0.36.1"
+	oldChart     = "0.20.0"
+)
 
 // hostClient is the host cluster client as gpuplane builds it in production
 // (internal/app newHostClient): OIDC for the virtual API servers, with a
@@ -57,7 +68,7 @@ func hostClient(t *testing.T, cfg *rest.Config) *hostcluster.Client {
 		t.Fatal(err)
 	}
 	c, err := hostcluster.New(cfg, hostcluster.Options{Settings: hostcluster.Settings{
-		Chart:             hostcluster.ChartSource{Dir: shared.chart},
+		Chart:             hostcluster.ChartSource{Dirs: shared.charts},
 		IngressNamespaces: []string{"gpuplane-system"},
 		OIDC:              oidc,
 	}})
@@ -80,8 +91,8 @@ func workerLifecycle(ctx context.Context, host *hostcluster.Client, vc hostclust
 			return fmt.Errorf("%s: apply: %w", stage, err)
 		}
 		if strict {
-			if last := steps[len(steps)-1]; last.Step != hostcluster.StepRelease || !strings.Contains(last.Detail, wantRelease) {
-				return fmt.Errorf("%s: release step %+v, want %q", stage, last, wantRelease)
+			if r, _ := steps.Of(hostcluster.StepRelease); !strings.Contains(r.Detail, wantRelease) {
+				return fmt.Errorf("%s: release step %+v, want %q", stage, r, wantRelease)
 			}
 		}
 		if _, err := host.Observe(ctx, vc); err != nil {
@@ -97,7 +108,12 @@ func workerLifecycle(ctx context.Context, host *hostcluster.Client, vc hostclust
 	if err != nil {
 		return fmt.Errorf("create: the release has no StatefulSet: %w", err)
 	}
-	if err := devenv.MarkControlPlaneReady(ctx, shared.kube, sts); err != nil {
+	if err := devenv.MarkControlPlaneReadyWith(ctx, shared.kube, sts, shared.virtual.Kubeconfig()); err != nil {
+		return err
+	}
+	// The control plane is up: the next reconcile applies the team's RBAC
+	// inside the virtual cluster.
+	if err := apply("control plane up", "unchanged"); err != nil {
 		return err
 	}
 	o, err := host.Observe(ctx, vc)
@@ -242,14 +258,20 @@ func TestChartRolesSuffice(t *testing.T) {
 		}
 		id := newIdentity(t, ctx, g.Namespace, g.ServiceAccount, spec)
 		host := hostClient(t, id.config)
-		for _, tier := range []string{hostcluster.TierShared, hostcluster.TierDedicated} {
-			vc := virtualCluster("full-"+strings.ToLower(tier), tier)
+		// Both tiers on the default chart, and a virtual cluster that kept
+		// chart 0.20.
+		old := virtualCluster("full-old", hostcluster.TierDedicated)
+		old.ChartVersion, old.KubernetesVersion = oldChart, "v1.30.2"
+		for _, vc := range []hostcluster.VirtualCluster{
+			virtualCluster("full-shared", hostcluster.TierShared), virtualCluster("full-dedicated", hostcluster.TierDedicated), old,
+		} {
 			start := time.Now()
 			if err := workerLifecycle(ctx, host, vc, true); err != nil {
 				_, msgs := id.denied.RBAC()
-				t.Fatalf("%s virtual cluster: %v\n403 answers:\n%s", tier, err, strings.Join(msgs, "\n"))
+				t.Fatalf("%s virtual cluster on chart %s: %v\n403 answers:\n%s", vc.Tier, vc.ChartVersion, err, strings.Join(msgs, "\n"))
 			}
-			t.Logf("%s virtual cluster: create, quota change, resync, capacity, delete as %s in %s", tier, id.user, time.Since(start).Round(time.Millisecond))
+			t.Logf("%s virtual cluster on chart %s: create, quota change, resync, capacity, delete as %s in %s",
+				vc.Tier, vc.ChartVersion, id.user, time.Since(start).Round(time.Millisecond))
 			assertGone(t, ctx, vc)
 		}
 		if perms, msgs := id.denied.RBAC(); len(perms) > 0 {
@@ -303,7 +325,9 @@ func TestChartRolesSuffice(t *testing.T) {
 //
 // The worker runs the DEDICATED lifecycle here: it does everything the
 // SHARED one does (same steps, one more guardrail probe) and also installs
-// the vCluster ClusterRole that syncs the dedicated pool's nodes.
+// the vCluster ClusterRole that syncs the dedicated pool's nodes. It runs
+// it on the default chart and, when that succeeds, on chart 0.20, which
+// existing virtual clusters may still run.
 func TestEveryPermissionIsNeeded(t *testing.T) {
 	env(t)
 	grants := chartGrants(t)
@@ -316,7 +340,16 @@ func TestEveryPermissionIsNeeded(t *testing.T) {
 	}
 	components := []component{
 		{"worker", func(ctx context.Context, host *hostcluster.Client, i int) error {
-			return workerLifecycle(ctx, host, virtualCluster(fmt.Sprintf("minus-%d", i), hostcluster.TierDedicated), false)
+			// A permission is needed when the default chart's lifecycle
+			// fails without it, or else the lifecycle of a virtual cluster
+			// that kept chart 0.20 (its ClusterRole lists node subresources
+			// that 0.36's only gets).
+			if err := workerLifecycle(ctx, host, virtualCluster(fmt.Sprintf("minus-%d", i), hostcluster.TierDedicated), false); err != nil {
+				return err
+			}
+			old := virtualCluster(fmt.Sprintf("minus-old-%d", i), hostcluster.TierDedicated)
+			old.ChartVersion, old.KubernetesVersion = oldChart, "v1.30.2"
+			return workerLifecycle(ctx, host, old, false)
 		}},
 		{"server", func(ctx context.Context, host *hostcluster.Client, _ int) error {
 			return serverLifecycle(ctx, host, "served")

@@ -35,10 +35,15 @@ import (
 	"helm.sh/helm/v4/pkg/kube"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
+	"github.com/gpuplane/gpuplane/internal/devenv/vclusterchart"
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/reconcile"
 	"github.com/gpuplane/gpuplane/internal/store"
 )
+
+// benchChart is the chart the benchmarks install: the default for new
+// virtual clusters (app.Defaults).
+const benchChart = "0.36.1"
 
 // benchSpec is a small CPU-only virtual cluster of team-a: a hundred fit in
 // its quota.
@@ -136,7 +141,11 @@ func BenchmarkHelmInstall(b *testing.B) {
 	if err := h.api.WriteKubeconfig(kubeconfig); err != nil {
 		b.Fatal(err)
 	}
-	ch, err := loader.Load(h.chart)
+	chartDir, err := vclusterchart.Dir(h.ctx, benchChart)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ch, err := loader.Load(chartDir)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -144,12 +153,12 @@ func BenchmarkHelmInstall(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	settings := hostcluster.Settings{Chart: hostcluster.ChartSource{Dir: h.chart}}
+	settings := hostcluster.Settings{Chart: hostcluster.ChartSource{Dirs: map[string]string{benchChart: chartDir}}}
 	install := func(i int, timed bool) {
 		vc := hostcluster.VirtualCluster{
 			Name: fmt.Sprintf("helm-%03d", i), Team: "team-a", Department: "research", Tier: hostcluster.TierShared,
 			Leaf:              hostcluster.QueueSpec{Quota: hostcluster.Quantities{CPUMillis: 10}, OverQuotaWeight: 1, Priority: 100},
-			KubernetesVersion: "v1.31.1", ChartVersion: "0.20.0", Generation: 1,
+			KubernetesVersion: "v1.36.0", ChartVersion: benchChart, Generation: 1,
 		}
 		ns := hostcluster.NamespaceName(vc.Name)
 		if _, err := h.kube.CoreV1().Namespaces().Create(h.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {

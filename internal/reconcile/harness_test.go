@@ -65,16 +65,17 @@ const (
 var owners = map[string]string{"team-a": "bob", "team-b": "dan"}
 
 type harness struct {
-	t     testing.TB
-	ctx   context.Context
-	api   *envtestenv.Env
-	rc    *rest.Config
-	kube  kubernetes.Interface
-	dyn   dynamic.Interface
-	env   *apptest.Env
-	pool  *pgxpool.Pool
-	chart string
-	log   *slog.Logger
+	t    testing.TB
+	ctx  context.Context
+	api  *envtestenv.Env
+	rc   *rest.Config
+	kube kubernetes.Interface
+	dyn  dynamic.Interface
+	env  *apptest.Env
+	pool *pgxpool.Pool
+	log  *slog.Logger
+	// charts are the vCluster chart directories (Go module cache) by version.
+	charts map[string]string
 }
 
 type harnessOptions struct {
@@ -100,7 +101,7 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 			t.Logf("stopping envtest: %v", err)
 		}
 	})
-	chart, err := vclusterchart.Dir(sctx)
+	charts, err := vclusterchart.Dirs(sctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 	rc := api.RESTConfig()
 	rc.QPS, rc.Burst = 200, 400
 	h := &harness{
-		t: t, ctx: ctx, api: api, rc: rc, chart: chart,
+		t: t, ctx: ctx, api: api, rc: rc, charts: charts,
 		kube: kubernetes.NewForConfigOrDie(rc), dyn: dynamic.NewForConfigOrDie(rc),
 		log: testLogger(t, slog.LevelWarn),
 	}
@@ -150,7 +151,7 @@ func (h *harness) newHost(dial func(ctx context.Context, network, addr string) (
 	rc := rest.CopyConfig(h.rc)
 	rc.QPS, rc.Burst = 50, 100
 	rc.Dial = dial
-	c, err := hostcluster.New(rc, hostcluster.Options{Settings: hostcluster.Settings{Chart: hostcluster.ChartSource{Dir: h.chart}}})
+	c, err := hostcluster.New(rc, hostcluster.Options{Settings: hostcluster.Settings{Chart: hostcluster.ChartSource{Dirs: h.charts}}})
 	if err != nil {
 		h.t.Fatal(err)
 	}

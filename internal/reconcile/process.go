@@ -28,6 +28,12 @@ const (
 	CondRelease       = "ReleaseDeployed"
 	CondControlPlane  = "ControlPlaneReady"
 	CondKubeconfig    = "KubeconfigReady"
+	// CondEndpoint: the member-facing address of the virtual API server is
+	// known (a LoadBalancer's address is assigned by the cloud).
+	CondEndpoint = "EndpointReady"
+	// CondTenantAccess: the team's RBAC inside the virtual cluster follows
+	// the member list (true where no OIDC makes it moot).
+	CondTenantAccess = "TenantAccessReady"
 )
 
 func (w *Worker) step(name string) {
@@ -173,7 +179,7 @@ func (w *Worker) writeStatus(ctx context.Context, d desiredState, conds []vcs.Co
 			if obs.Allocated != nil {
 				st.Allocated = quota.Resources{GPU: quota.GPU(obs.Allocated.GPUCenti), CPUMillis: obs.Allocated.CPUMillis, MemoryBytes: obs.Allocated.MemoryBytes}
 			}
-			st.Endpoint = w.Host.Endpoint(d.vc.ID)
+			st.Endpoint = obs.Endpoint
 		}
 		after, err := vcs.WriteStatus(ctx, tx, cur.ID, st)
 		if err != nil {
@@ -299,6 +305,9 @@ func describeDrift(o hostcluster.Observed) []string {
 	if o.Release != nil && !o.ReleaseUpToDate {
 		out = append(out, "release values changed")
 	}
+	if tenantAccessReason(o.TenantAccess) == "Drifted" {
+		out = append(out, "team RBAC inside the virtual cluster: "+o.TenantAccess.Detail)
+	}
 	return out
 }
 
@@ -332,6 +341,21 @@ func conditions(prev []vcs.Condition, o hostcluster.Observed, gen int64) []vcs.C
 		setCondition(prev, CondRelease, o.ReleaseDeployed(), why(o.ReleaseDeployed(), "Deployed", "NotDeployed"), releaseMessage(o), gen),
 		setCondition(prev, CondControlPlane, o.ControlPlaneReady, why(o.ControlPlaneReady, "Ready", "Starting"), "", gen),
 		setCondition(prev, CondKubeconfig, o.KubeconfigSecretPresent, why(o.KubeconfigSecretPresent, "Present", "Waiting"), "", gen),
+		setCondition(prev, CondEndpoint, o.Endpoint != "", why(o.Endpoint != "", "Known", "Waiting"), o.Endpoint, gen),
+		setCondition(prev, CondTenantAccess, o.TenantAccessInSync(), tenantAccessReason(o.TenantAccess), o.TenantAccess.Detail, gen),
+	}
+}
+
+func tenantAccessReason(t hostcluster.TenantAccessState) string {
+	switch {
+	case !t.Applicable:
+		return "NotApplicable"
+	case t.InSync:
+		return "InSync"
+	case t.Detail == "" || strings.HasPrefix(t.Detail, "waiting"):
+		return "Waiting"
+	default:
+		return "Drifted"
 	}
 }
 
@@ -348,6 +372,7 @@ func conditionsFromSteps(prev []vcs.Condition, steps hostcluster.Steps, gen int6
 	byStep := map[hostcluster.Step]string{
 		hostcluster.StepNamespace: CondNamespace, hostcluster.StepQueues: CondQueues, hostcluster.StepGuardrails: CondGuardrails,
 		hostcluster.StepNetworkPolicy: CondNetworkPolicy, hostcluster.StepRelease: CondRelease,
+		hostcluster.StepTenantAccess: CondTenantAccess,
 	}
 	out := make([]vcs.Condition, 0, len(steps))
 	for _, s := range steps {

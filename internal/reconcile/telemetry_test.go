@@ -54,11 +54,10 @@ func (f *fakeHost) Apply(ctx context.Context, vc hostcluster.VirtualCluster) (ho
 func (f *fakeHost) Observe(ctx context.Context, vc hostcluster.VirtualCluster) (hostcluster.Observed, error) {
 	return hostcluster.Observed{NamespaceExists: true, Queues: []hostcluster.QueueState{{Name: "q", Exists: true}}, GuardrailsPresent: true, NetworkPolicyPresent: true,
 		Release: &hostcluster.ReleaseState{Status: "deployed", Revision: 1}, ReleaseUpToDate: true,
-		ControlPlaneReady: f.ready, KubeconfigSecretPresent: f.ready}, nil
+		ControlPlaneReady: f.ready, KubeconfigSecretPresent: f.ready, Endpoint: "https://" + vc.Name + ".vc-" + vc.Name + ".svc"}, nil
 }
 
 func (f *fakeHost) Delete(ctx context.Context, vc hostcluster.VirtualCluster) error { return nil }
-func (f *fakeHost) Endpoint(vcName string) string                                   { return "https://" + vcName }
 
 const (
 	traceID      = "4bf92f3577b34da6a3ce929d0e0e4736"

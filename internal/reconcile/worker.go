@@ -26,7 +26,6 @@ type Host interface {
 	Apply(ctx context.Context, vc hostcluster.VirtualCluster) (hostcluster.Steps, error)
 	Observe(ctx context.Context, vc hostcluster.VirtualCluster) (hostcluster.Observed, error)
 	Delete(ctx context.Context, vc hostcluster.VirtualCluster) error
-	Endpoint(vcName string) string
 }
 
 // Config tunes the worker.

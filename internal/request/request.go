@@ -1,5 +1,5 @@
 // Package request holds requests — a team asking for a virtual cluster, a
-// resize, more team quota or a deletion — with their typed State and Kind,
+// resize, more team quota, a newer vCluster version or a deletion — with their typed State and Kind,
 // the state machine, approval (by a person or by a CEL policy), rejection,
 // cancellation and expiry, and the repositories that own the requests and
 // approval_policies tables. Every decision runs in one transaction with
@@ -28,10 +28,14 @@ const (
 	KindChangeVirtualClusterQuota Kind = "CHANGE_VIRTUAL_CLUSTER_QUOTA"
 	KindChangeTeamQuota           Kind = "CHANGE_TEAM_QUOTA"
 	KindDeleteVirtualCluster      Kind = "DELETE_VIRTUAL_CLUSTER"
+	// KindChangeVirtualClusterVersion moves a virtual cluster to a newer
+	// vCluster chart and/or virtual Kubernetes version.
+	KindChangeVirtualClusterVersion Kind = "CHANGE_VIRTUAL_CLUSTER_VERSION"
 )
 
 // Kinds are all kinds, in API order.
-var Kinds = []Kind{KindCreateVirtualCluster, KindChangeVirtualClusterQuota, KindChangeTeamQuota, KindDeleteVirtualCluster}
+var Kinds = []Kind{KindCreateVirtualCluster, KindChangeVirtualClusterQuota, KindChangeTeamQuota, KindDeleteVirtualCluster,
+	KindChangeVirtualClusterVersion}
 
 // Payload is what a request asks for; exactly one field is set.
 type Payload struct {
@@ -39,6 +43,7 @@ type Payload struct {
 	ChangeVCQuota   *ChangeVCQuotaPayload
 	ChangeTeamQuota *ChangeTeamQuotaPayload
 	Delete          *DeletePayload
+	ChangeVersion   *ChangeVersionPayload
 }
 
 // CreatePayload asks for a new virtual cluster.
@@ -67,6 +72,15 @@ type DeletePayload struct {
 	VirtualCluster string // resource name
 }
 
+// ChangeVersionPayload moves a virtual cluster to another vCluster chart
+// and/or virtual Kubernetes version (upgrades only); both are stored
+// resolved (ResolveUpgrade).
+type ChangeVersionPayload struct {
+	VirtualCluster    string // resource name
+	ChartVersion      string
+	KubernetesVersion string
+}
+
 // Kind is the kind the payload asks for ("" when none is set).
 func (p Payload) Kind() Kind {
 	switch {
@@ -78,6 +92,22 @@ func (p Payload) Kind() Kind {
 		return KindChangeTeamQuota
 	case p.Delete != nil:
 		return KindDeleteVirtualCluster
+	case p.ChangeVersion != nil:
+		return KindChangeVirtualClusterVersion
+	}
+	return ""
+}
+
+// target is the resource name of the existing virtual cluster a payload
+// acts on ("" for a create or a team quota change).
+func (p Payload) target() string {
+	switch {
+	case p.ChangeVCQuota != nil:
+		return p.ChangeVCQuota.VirtualCluster
+	case p.Delete != nil:
+		return p.Delete.VirtualCluster
+	case p.ChangeVersion != nil:
+		return p.ChangeVersion.VirtualCluster
 	}
 	return ""
 }
@@ -135,6 +165,7 @@ type payloadJSON struct {
 	ChangeVirtualClusterQuota *changeVCQuotaJSON   `json:"change_virtual_cluster_quota,omitempty"`
 	ChangeTeamQuota           *changeTeamQuotaJSON `json:"change_team_quota,omitempty"`
 	DeleteVirtualCluster      *deleteJSON          `json:"delete_virtual_cluster,omitempty"`
+	ChangeVersion             *changeVersionJSON   `json:"change_virtual_cluster_version,omitempty"`
 }
 
 type createJSON struct {
@@ -159,6 +190,12 @@ type deleteJSON struct {
 	VirtualCluster string `json:"virtual_cluster,omitempty"`
 }
 
+type changeVersionJSON struct {
+	VirtualCluster    string `json:"virtual_cluster,omitempty"`
+	ChartVersion      string `json:"chart_version,omitempty"`
+	KubernetesVersion string `json:"kubernetes_version,omitempty"`
+}
+
 func (p Payload) json() payloadJSON {
 	var j payloadJSON
 	switch {
@@ -172,6 +209,9 @@ func (p Payload) json() payloadJSON {
 		j.ChangeTeamQuota = &changeTeamQuotaJSON{Quota: jsonshape.QuotaOf(p.ChangeTeamQuota.Quota), AcceptPreemption: p.ChangeTeamQuota.AcceptPreemption}
 	case p.Delete != nil:
 		j.DeleteVirtualCluster = &deleteJSON{VirtualCluster: p.Delete.VirtualCluster}
+	case p.ChangeVersion != nil:
+		c := p.ChangeVersion
+		j.ChangeVersion = &changeVersionJSON{VirtualCluster: c.VirtualCluster, ChartVersion: c.ChartVersion, KubernetesVersion: c.KubernetesVersion}
 	}
 	return j
 }
@@ -198,6 +238,9 @@ func (j payloadJSON) payload() (Payload, error) {
 		p.ChangeTeamQuota = c
 	case j.DeleteVirtualCluster != nil:
 		p.Delete = &DeletePayload{VirtualCluster: j.DeleteVirtualCluster.VirtualCluster}
+	case j.ChangeVersion != nil:
+		c := j.ChangeVersion
+		p.ChangeVersion = &ChangeVersionPayload{VirtualCluster: c.VirtualCluster, ChartVersion: c.ChartVersion, KubernetesVersion: c.KubernetesVersion}
 	}
 	return p, err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/store/storetest"
 	"github.com/gpuplane/gpuplane/internal/tenancy"
+	"github.com/gpuplane/gpuplane/internal/vclusterversions"
 	"github.com/gpuplane/gpuplane/internal/virtualcluster"
 	"github.com/gpuplane/gpuplane/internal/workqueue"
 )
@@ -37,8 +38,12 @@ func newFixture(t *testing.T) *fixture {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	f := &fixture{t: t, ctx: ctx, db: store.New(storetest.Pool(t)), now: time.Now()}
+	versions, err := vclusterversions.NewCatalog("0.36.1", []string{"0.36.1", "0.20.0"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ten := tenancy.NewService(tenancy.StaticCapacity{GPU: quota.GPUs(16)}, 1, request.TeamHistory{})
-	f.svc = request.NewService(f.db, ten, request.Defaults{KubernetesVersion: "v1.31.1", ChartVersion: "0.20.0"}, nil, func() time.Time { return f.now })
+	f.svc = request.NewService(f.db, ten, versions, nil, func() time.Time { return f.now })
 	f.must(f.db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
 		if _, err := ten.CreateDepartment(ctx, tx, alice, "", tenancy.Department{ID: "research", Budget: quota.Resources{GPU: quota.GPUs(8)}}); err != nil {
 			return err

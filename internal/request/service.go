@@ -15,38 +15,16 @@ import (
 	"github.com/gpuplane/gpuplane/internal/reqctx"
 	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/tenancy"
+	"github.com/gpuplane/gpuplane/internal/vclusterversions"
 	"github.com/gpuplane/gpuplane/internal/virtualcluster"
 	"github.com/gpuplane/gpuplane/internal/workqueue"
 )
-
-// Defaults fill what a create request leaves out.
-type Defaults struct {
-	KubernetesVersion string
-	ChartVersion      string
-}
-
-// Apply fills the spec's unset fields: weight 1, priority 100 (KAI's
-// default) and the configured versions.
-func (d Defaults) Apply(spec *virtualcluster.Spec) {
-	if spec.OverQuotaWeight == 0 {
-		spec.OverQuotaWeight = 1
-	}
-	if spec.Priority == 0 {
-		spec.Priority = 100
-	}
-	if spec.KubernetesVersion == "" {
-		spec.KubernetesVersion = d.KubernetesVersion
-	}
-	if spec.ChartVersion == "" {
-		spec.ChartVersion = d.ChartVersion
-	}
-}
 
 // Service decides requests.
 type Service struct {
 	db       *store.DB
 	tenancy  *tenancy.Service
-	defaults Defaults
+	versions vclusterversions.Catalog
 	log      *slog.Logger
 	now      func() time.Time
 
@@ -60,19 +38,17 @@ type compiled struct {
 }
 
 // NewService builds the service; now nil is time.Now. ten checks team
-// quotas against their node pool.
-func NewService(db *store.DB, ten *tenancy.Service, defaults Defaults, log *slog.Logger, now func() time.Time) *Service {
+// quotas against their node pool; versions are the vCluster chart and
+// Kubernetes versions requests may name, with the defaults.
+func NewService(db *store.DB, ten *tenancy.Service, versions vclusterversions.Catalog, log *slog.Logger, now func() time.Time) *Service {
 	if log == nil {
 		log = slog.Default()
 	}
 	if now == nil {
 		now = time.Now
 	}
-	return &Service{db: db, tenancy: ten, defaults: defaults, log: log, now: now}
+	return &Service{db: db, tenancy: ten, versions: versions, log: log, now: now}
 }
-
-// Defaults are the configured defaults for new virtual clusters.
-func (s *Service) Defaults() Defaults { return s.defaults }
 
 // Now is the service's clock.
 func (s *Service) Now() time.Time { return s.now() }
@@ -198,11 +174,14 @@ func (s *Service) approve(ctx context.Context, tx *store.Tx, r *Request, actor r
 	want, limit, _ := r.Payload.wanted()
 	switch r.Kind {
 	case KindCreateVirtualCluster:
-		target, err = s.moveVirtualCluster(ctx, tx, actor, team.Department, r.vcID(), virtualcluster.PhaseProvisioning, false, nil, nil)
+		target, err = s.moveVirtualCluster(ctx, tx, actor, team.Department, r.vcID(), virtualcluster.PhaseProvisioning, false, nil, nil, nil)
 	case KindChangeVirtualClusterQuota:
-		target, err = s.moveVirtualCluster(ctx, tx, actor, team.Department, r.vcID(), virtualcluster.PhaseProvisioning, true, &want, limit)
+		target, err = s.moveVirtualCluster(ctx, tx, actor, team.Department, r.vcID(), virtualcluster.PhaseProvisioning, true, &want, limit, nil)
 	case KindDeleteVirtualCluster:
-		target, err = s.moveVirtualCluster(ctx, tx, actor, team.Department, r.vcID(), virtualcluster.PhaseDeleting, true, nil, nil)
+		target, err = s.moveVirtualCluster(ctx, tx, actor, team.Department, r.vcID(), virtualcluster.PhaseDeleting, true, nil, nil, nil)
+	case KindChangeVirtualClusterVersion:
+		target, err = s.moveVirtualCluster(ctx, tx, actor, team.Department, r.vcID(), virtualcluster.PhaseProvisioning, true, nil, nil,
+			&virtualcluster.Versions{Chart: r.Payload.ChangeVersion.ChartVersion, Kubernetes: r.Payload.ChangeVersion.KubernetesVersion})
 	case KindChangeTeamQuota:
 		err = tenancy.SetTeamQuota(ctx, tx, actor, team, want)
 		applied = true
@@ -230,10 +209,11 @@ func (s *Service) approve(ctx context.Context, tx *store.Tx, r *Request, actor r
 	return record(ctx, tx, actor, "ApproveRequest", r.Name(), "", *r, before, r.Snapshot())
 }
 
-// moveVirtualCluster changes phase (and quota), bumps the generation when
-// the desired state changed, and enqueues reconcile work. It returns the
-// generation the host must reach.
-func (s *Service) moveVirtualCluster(ctx context.Context, tx *store.Tx, actor reqctx.Principal, dept, id string, phase virtualcluster.Phase, bump bool, q, limit *quota.Resources) (*int64, error) {
+// moveVirtualCluster changes phase (and quota, and the chart and
+// Kubernetes versions when given), bumps the generation when the desired
+// state changed, and enqueues reconcile work. It returns the generation the
+// host must reach.
+func (s *Service) moveVirtualCluster(ctx context.Context, tx *store.Tx, actor reqctx.Principal, dept, id string, phase virtualcluster.Phase, bump bool, q, limit *quota.Resources, versions *virtualcluster.Versions) (*int64, error) {
 	vc, err := virtualcluster.Get(ctx, tx, id, true)
 	if err != nil {
 		return nil, err
@@ -246,7 +226,11 @@ func (s *Service) moveVirtualCluster(ctx context.Context, tx *store.Tx, actor re
 	if q != nil {
 		nextQuota, nextLimit = *q, limit
 	}
-	row, err := virtualcluster.Move(ctx, tx, id, phase, nextQuota, nextLimit, bump)
+	nextVersions := virtualcluster.Versions{Chart: vc.Spec.ChartVersion, Kubernetes: vc.Spec.KubernetesVersion}
+	if versions != nil {
+		nextVersions = *versions
+	}
+	row, err := virtualcluster.Move(ctx, tx, id, phase, nextQuota, nextLimit, nextVersions, bump)
 	if err != nil {
 		return nil, err
 	}
@@ -332,7 +316,7 @@ func (s *Service) policyInput(ctx context.Context, q store.Querier, r Request, t
 	in.Department = policy.Department{Name: team.Department, GPUBudget: budget.GPU.KAI()}
 	var current quota.Resources
 	switch r.Kind {
-	case KindChangeVirtualClusterQuota, KindDeleteVirtualCluster:
+	case KindChangeVirtualClusterQuota, KindDeleteVirtualCluster, KindChangeVirtualClusterVersion:
 		vc, err := virtualcluster.Get(ctx, q, r.vcID(), false)
 		if err != nil {
 			return in, err
@@ -346,6 +330,9 @@ func (s *Service) policyInput(ctx context.Context, q store.Querier, r Request, t
 		in.Request.Expires = r.Payload.Create.Spec.ExpireTime != nil
 	}
 	want, _, _ := r.Payload.wanted()
+	if r.Kind == KindChangeVirtualClusterVersion {
+		want = current // no quantities change
+	}
 	in.Request.SetQuantities(want, current)
 	return in, nil
 }

@@ -55,14 +55,8 @@ func insert(ctx context.Context, tx *store.Tx, team, dept, justification, reques
 	switch {
 	case p.Create != nil:
 		vcID = &p.Create.VirtualClusterID
-	case p.ChangeVCQuota != nil || p.Delete != nil:
-		name := ""
-		if p.ChangeVCQuota != nil {
-			name = p.ChangeVCQuota.VirtualCluster
-		} else {
-			name = p.Delete.VirtualCluster
-		}
-		if _, id, err := names.ParseVirtualCluster("", name); err == nil {
+	case p.target() != "":
+		if _, id, err := names.ParseVirtualCluster("", p.target()); err == nil {
 			vcID = &id
 		}
 	}

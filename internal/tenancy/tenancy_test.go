@@ -67,7 +67,7 @@ func (f *fixture) liveVC(team, id string, q quota.Resources, fractional bool) {
 		if err := virtualcluster.InsertPending(ctx, tx, team, id, virtualcluster.Spec{Quota: q, AllowFractionalGPUs: fractional}); err != nil {
 			return err
 		}
-		_, err := virtualcluster.Move(ctx, tx, id, virtualcluster.PhaseProvisioning, q, nil, false)
+		_, err := virtualcluster.Move(ctx, tx, id, virtualcluster.PhaseProvisioning, q, nil, virtualcluster.Versions{}, false)
 		return err
 	}))
 }
@@ -144,7 +144,7 @@ func TestDeleteTeam(t *testing.T) {
 	}
 	wantReason(t, del(), errs.KindFailedPrecondition, errs.ReasonHasChildren)
 	f.must(f.tx(func(ctx context.Context, tx *store.Tx) error {
-		if _, err := virtualcluster.Move(ctx, tx, "vc1", virtualcluster.PhaseDeleting, gpus(1), nil, true); err != nil {
+		if _, err := virtualcluster.Move(ctx, tx, "vc1", virtualcluster.PhaseDeleting, gpus(1), nil, virtualcluster.Versions{}, true); err != nil {
 			return err
 		}
 		_, err := virtualcluster.MarkDeleted(ctx, tx, "vc1")

@@ -83,9 +83,15 @@ func InsertPending(ctx context.Context, tx *store.Tx, team, id string, spec Spec
 	return err
 }
 
-// Move sets phase, quota and limit, clears the status message and, when
-// bump is set, raises the generation (the desired state changed).
-func Move(ctx context.Context, tx *store.Tx, id string, phase Phase, q quota.Resources, limit *quota.Resources, bump bool) (VirtualCluster, error) {
+// Versions are the vCluster chart and virtual Kubernetes versions a
+// virtual cluster runs.
+type Versions struct {
+	Chart, Kubernetes string
+}
+
+// Move sets phase, quota, limit and versions, clears the status message
+// and, when bump is set, raises the generation (the desired state changed).
+func Move(ctx context.Context, tx *store.Tx, id string, phase Phase, q quota.Resources, limit *quota.Resources, v Versions, bump bool) (VirtualCluster, error) {
 	lg, lc, lm := limitColumns(limit)
 	inc := 0
 	if bump {
@@ -94,9 +100,10 @@ func Move(ctx context.Context, tx *store.Tx, id string, phase Phase, q quota.Res
 	return scan(tx.QueryRow(ctx, `
 		UPDATE virtual_clusters SET phase = $2, gpu_centi = $3, cpu_millis = $4, memory_bytes = $5,
 		       limit_gpu_centi = $6, limit_cpu_millis = $7, limit_memory_bytes = $8,
+		       chart_version = $10, kubernetes_version = $11,
 		       generation = generation + $9, status_message = '', version = version + 1, update_time = now()
 		 WHERE id = $1 RETURNING `+columns,
-		id, phase, q.GPU, q.CPUMillis, q.MemoryBytes, lg, lc, lm, inc))
+		id, phase, q.GPU, q.CPUMillis, q.MemoryBytes, lg, lc, lm, inc, v.Chart, v.Kubernetes))
 }
 
 // RejectPending marks a virtual cluster still waiting for approval

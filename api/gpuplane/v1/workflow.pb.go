@@ -215,6 +215,9 @@ const (
 	Request_CHANGE_VIRTUAL_CLUSTER_QUOTA Request_Kind = 2
 	Request_CHANGE_TEAM_QUOTA            Request_Kind = 3
 	Request_DELETE_VIRTUAL_CLUSTER       Request_Kind = 4
+	// Move a virtual cluster to another vCluster chart and/or virtual
+	// Kubernetes version (upgrades only).
+	Request_CHANGE_VIRTUAL_CLUSTER_VERSION Request_Kind = 5
 )
 
 // Enum value maps for Request_Kind.
@@ -225,13 +228,15 @@ var (
 		2: "CHANGE_VIRTUAL_CLUSTER_QUOTA",
 		3: "CHANGE_TEAM_QUOTA",
 		4: "DELETE_VIRTUAL_CLUSTER",
+		5: "CHANGE_VIRTUAL_CLUSTER_VERSION",
 	}
 	Request_Kind_value = map[string]int32{
-		"KIND_UNSPECIFIED":             0,
-		"CREATE_VIRTUAL_CLUSTER":       1,
-		"CHANGE_VIRTUAL_CLUSTER_QUOTA": 2,
-		"CHANGE_TEAM_QUOTA":            3,
-		"DELETE_VIRTUAL_CLUSTER":       4,
+		"KIND_UNSPECIFIED":               0,
+		"CREATE_VIRTUAL_CLUSTER":         1,
+		"CHANGE_VIRTUAL_CLUSTER_QUOTA":   2,
+		"CHANGE_TEAM_QUOTA":              3,
+		"DELETE_VIRTUAL_CLUSTER":         4,
+		"CHANGE_VIRTUAL_CLUSTER_VERSION": 5,
 	}
 )
 
@@ -975,6 +980,7 @@ type Request struct {
 	//	*Request_ChangeVirtualClusterQuota
 	//	*Request_ChangeTeamQuota
 	//	*Request_DeleteVirtualCluster
+	//	*Request_ChangeVirtualClusterVersion
 	Payload       isRequest_Payload `protobuf_oneof:"payload"`
 	Justification string            `protobuf:"bytes,9,opt,name=justification,proto3" json:"justification,omitempty"`
 	State         Request_State     `protobuf:"varint,10,opt,name=state,proto3,enum=gpuplane.v1.Request_State" json:"state,omitempty"` // Output only.
@@ -1096,6 +1102,15 @@ func (x *Request) GetDeleteVirtualCluster() *DeleteVirtualClusterPayload {
 	return nil
 }
 
+func (x *Request) GetChangeVirtualClusterVersion() *ChangeVirtualClusterVersionPayload {
+	if x != nil {
+		if x, ok := x.Payload.(*Request_ChangeVirtualClusterVersion); ok {
+			return x.ChangeVirtualClusterVersion
+		}
+	}
+	return nil
+}
+
 func (x *Request) GetJustification() string {
 	if x != nil {
 		return x.Justification
@@ -1193,6 +1208,10 @@ type Request_DeleteVirtualCluster struct {
 	DeleteVirtualCluster *DeleteVirtualClusterPayload `protobuf:"bytes,8,opt,name=delete_virtual_cluster,json=deleteVirtualCluster,proto3,oneof"`
 }
 
+type Request_ChangeVirtualClusterVersion struct {
+	ChangeVirtualClusterVersion *ChangeVirtualClusterVersionPayload `protobuf:"bytes,20,opt,name=change_virtual_cluster_version,json=changeVirtualClusterVersion,proto3,oneof"`
+}
+
 func (*Request_CreateVirtualCluster) isRequest_Payload() {}
 
 func (*Request_ChangeVirtualClusterQuota) isRequest_Payload() {}
@@ -1200,6 +1219,8 @@ func (*Request_ChangeVirtualClusterQuota) isRequest_Payload() {}
 func (*Request_ChangeTeamQuota) isRequest_Payload() {}
 
 func (*Request_DeleteVirtualCluster) isRequest_Payload() {}
+
+func (*Request_ChangeVirtualClusterVersion) isRequest_Payload() {}
 
 type CreateVirtualClusterPayload struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1335,6 +1356,78 @@ func (x *ChangeVirtualClusterQuotaPayload) GetAcceptPreemption() bool {
 	return false
 }
 
+// Existing virtual clusters keep their vCluster chart and Kubernetes
+// version; this request moves one forward. Approved, it is applied like a
+// quota change: the worker upgrades the Helm release (the control plane
+// restarts once) and marks the request APPLIED when the host reflects it.
+type ChangeVirtualClusterVersionPayload struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// teams/{team}/virtualClusters/{vc}
+	VirtualCluster string `protobuf:"bytes,1,opt,name=virtual_cluster,json=virtualCluster,proto3" json:"virtual_cluster,omitempty"` // Required.
+	// A chart version the platform offers, not older than the current one
+	// (vCluster does not support downgrades). Empty keeps the current chart.
+	// Stored resolved.
+	ChartVersion string `protobuf:"bytes,2,opt,name=chart_version,json=chartVersion,proto3" json:"chart_version,omitempty"`
+	// "1.N" or an exact version the chart offers, at most one minor version
+	// above the current one (Kubernetes upgrades one minor at a time, never
+	// down). Empty keeps the current version when the chart runs it, else the
+	// lowest the chart offers above it. Stored resolved.
+	KubernetesVersion string `protobuf:"bytes,3,opt,name=kubernetes_version,json=kubernetesVersion,proto3" json:"kubernetes_version,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ChangeVirtualClusterVersionPayload) Reset() {
+	*x = ChangeVirtualClusterVersionPayload{}
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeVirtualClusterVersionPayload) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeVirtualClusterVersionPayload) ProtoMessage() {}
+
+func (x *ChangeVirtualClusterVersionPayload) ProtoReflect() protoreflect.Message {
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeVirtualClusterVersionPayload.ProtoReflect.Descriptor instead.
+func (*ChangeVirtualClusterVersionPayload) Descriptor() ([]byte, []int) {
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ChangeVirtualClusterVersionPayload) GetVirtualCluster() string {
+	if x != nil {
+		return x.VirtualCluster
+	}
+	return ""
+}
+
+func (x *ChangeVirtualClusterVersionPayload) GetChartVersion() string {
+	if x != nil {
+		return x.ChartVersion
+	}
+	return ""
+}
+
+func (x *ChangeVirtualClusterVersionPayload) GetKubernetesVersion() string {
+	if x != nil {
+		return x.KubernetesVersion
+	}
+	return ""
+}
+
 type ChangeTeamQuotaPayload struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Quota            *Quota                 `protobuf:"bytes,1,opt,name=quota,proto3" json:"quota,omitempty"` // Required.
@@ -1345,7 +1438,7 @@ type ChangeTeamQuotaPayload struct {
 
 func (x *ChangeTeamQuotaPayload) Reset() {
 	*x = ChangeTeamQuotaPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[12]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1450,7 @@ func (x *ChangeTeamQuotaPayload) String() string {
 func (*ChangeTeamQuotaPayload) ProtoMessage() {}
 
 func (x *ChangeTeamQuotaPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[12]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1463,7 @@ func (x *ChangeTeamQuotaPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeTeamQuotaPayload.ProtoReflect.Descriptor instead.
 func (*ChangeTeamQuotaPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{12}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ChangeTeamQuotaPayload) GetQuota() *Quota {
@@ -1396,7 +1489,7 @@ type DeleteVirtualClusterPayload struct {
 
 func (x *DeleteVirtualClusterPayload) Reset() {
 	*x = DeleteVirtualClusterPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[13]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1501,7 @@ func (x *DeleteVirtualClusterPayload) String() string {
 func (*DeleteVirtualClusterPayload) ProtoMessage() {}
 
 func (x *DeleteVirtualClusterPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[13]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1514,7 @@ func (x *DeleteVirtualClusterPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVirtualClusterPayload.ProtoReflect.Descriptor instead.
 func (*DeleteVirtualClusterPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{13}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteVirtualClusterPayload) GetVirtualCluster() string {
@@ -1442,7 +1535,7 @@ type FitResult struct {
 
 func (x *FitResult) Reset() {
 	*x = FitResult{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[14]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1547,7 @@ func (x *FitResult) String() string {
 func (*FitResult) ProtoMessage() {}
 
 func (x *FitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[14]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1560,7 @@ func (x *FitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FitResult.ProtoReflect.Descriptor instead.
 func (*FitResult) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{14}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FitResult) GetFits() bool {
@@ -1503,7 +1596,7 @@ type Shortfall struct {
 
 func (x *Shortfall) Reset() {
 	*x = Shortfall{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[15]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +1608,7 @@ func (x *Shortfall) String() string {
 func (*Shortfall) ProtoMessage() {}
 
 func (x *Shortfall) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[15]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +1621,7 @@ func (x *Shortfall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shortfall.ProtoReflect.Descriptor instead.
 func (*Shortfall) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{15}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Shortfall) GetLevel() string {
@@ -1590,7 +1683,7 @@ type CreateRequestRequest struct {
 
 func (x *CreateRequestRequest) Reset() {
 	*x = CreateRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[16]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1602,7 +1695,7 @@ func (x *CreateRequestRequest) String() string {
 func (*CreateRequestRequest) ProtoMessage() {}
 
 func (x *CreateRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[16]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1615,7 +1708,7 @@ func (x *CreateRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequestRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{16}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateRequestRequest) GetRequest() *Request {
@@ -1641,7 +1734,7 @@ type GetRequestRequest struct {
 
 func (x *GetRequestRequest) Reset() {
 	*x = GetRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[17]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1653,7 +1746,7 @@ func (x *GetRequestRequest) String() string {
 func (*GetRequestRequest) ProtoMessage() {}
 
 func (x *GetRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[17]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1666,7 +1759,7 @@ func (x *GetRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequestRequest.ProtoReflect.Descriptor instead.
 func (*GetRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{17}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetRequestRequest) GetName() string {
@@ -1689,7 +1782,7 @@ type ListRequestsRequest struct {
 
 func (x *ListRequestsRequest) Reset() {
 	*x = ListRequestsRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[18]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1701,7 +1794,7 @@ func (x *ListRequestsRequest) String() string {
 func (*ListRequestsRequest) ProtoMessage() {}
 
 func (x *ListRequestsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[18]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1714,7 +1807,7 @@ func (x *ListRequestsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequestsRequest.ProtoReflect.Descriptor instead.
 func (*ListRequestsRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{18}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListRequestsRequest) GetPageSize() int32 {
@@ -1749,7 +1842,7 @@ type ListRequestsResponse struct {
 
 func (x *ListRequestsResponse) Reset() {
 	*x = ListRequestsResponse{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[19]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1854,7 @@ func (x *ListRequestsResponse) String() string {
 func (*ListRequestsResponse) ProtoMessage() {}
 
 func (x *ListRequestsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[19]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1867,7 @@ func (x *ListRequestsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequestsResponse.ProtoReflect.Descriptor instead.
 func (*ListRequestsResponse) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{19}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListRequestsResponse) GetRequests() []*Request {
@@ -1801,7 +1894,7 @@ type CancelRequestRequest struct {
 
 func (x *CancelRequestRequest) Reset() {
 	*x = CancelRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[20]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1813,7 +1906,7 @@ func (x *CancelRequestRequest) String() string {
 func (*CancelRequestRequest) ProtoMessage() {}
 
 func (x *CancelRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[20]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1826,7 +1919,7 @@ func (x *CancelRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequestRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{20}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CancelRequestRequest) GetName() string {
@@ -1854,7 +1947,7 @@ type ApproveRequestRequest struct {
 
 func (x *ApproveRequestRequest) Reset() {
 	*x = ApproveRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[21]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +1959,7 @@ func (x *ApproveRequestRequest) String() string {
 func (*ApproveRequestRequest) ProtoMessage() {}
 
 func (x *ApproveRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[21]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +1972,7 @@ func (x *ApproveRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveRequestRequest.ProtoReflect.Descriptor instead.
 func (*ApproveRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{21}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ApproveRequestRequest) GetName() string {
@@ -1914,7 +2007,7 @@ type RejectRequestRequest struct {
 
 func (x *RejectRequestRequest) Reset() {
 	*x = RejectRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[22]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1926,7 +2019,7 @@ func (x *RejectRequestRequest) String() string {
 func (*RejectRequestRequest) ProtoMessage() {}
 
 func (x *RejectRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[22]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1939,7 +2032,7 @@ func (x *RejectRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectRequestRequest.ProtoReflect.Descriptor instead.
 func (*RejectRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{22}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RejectRequestRequest) GetName() string {
@@ -1974,7 +2067,7 @@ type CheckFitRequest struct {
 
 func (x *CheckFitRequest) Reset() {
 	*x = CheckFitRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[23]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1986,7 +2079,7 @@ func (x *CheckFitRequest) String() string {
 func (*CheckFitRequest) ProtoMessage() {}
 
 func (x *CheckFitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[23]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1999,7 +2092,7 @@ func (x *CheckFitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckFitRequest.ProtoReflect.Descriptor instead.
 func (*CheckFitRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{23}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CheckFitRequest) GetName() string {
@@ -2036,7 +2129,7 @@ type ApprovalPolicy struct {
 
 func (x *ApprovalPolicy) Reset() {
 	*x = ApprovalPolicy{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[24]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2141,7 @@ func (x *ApprovalPolicy) String() string {
 func (*ApprovalPolicy) ProtoMessage() {}
 
 func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[24]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2154,7 @@ func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicy.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicy) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{24}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ApprovalPolicy) GetName() string {
@@ -2122,7 +2215,7 @@ type GetApprovalPolicyRequest struct {
 
 func (x *GetApprovalPolicyRequest) Reset() {
 	*x = GetApprovalPolicyRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[25]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2134,7 +2227,7 @@ func (x *GetApprovalPolicyRequest) String() string {
 func (*GetApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *GetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[25]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2147,7 +2240,7 @@ func (x *GetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{25}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetApprovalPolicyRequest) GetName() string {
@@ -2167,7 +2260,7 @@ type ListApprovalPoliciesRequest struct {
 
 func (x *ListApprovalPoliciesRequest) Reset() {
 	*x = ListApprovalPoliciesRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[26]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2179,7 +2272,7 @@ func (x *ListApprovalPoliciesRequest) String() string {
 func (*ListApprovalPoliciesRequest) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[26]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2192,7 +2285,7 @@ func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{26}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListApprovalPoliciesRequest) GetPageSize() int32 {
@@ -2219,7 +2312,7 @@ type ListApprovalPoliciesResponse struct {
 
 func (x *ListApprovalPoliciesResponse) Reset() {
 	*x = ListApprovalPoliciesResponse{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[27]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2324,7 @@ func (x *ListApprovalPoliciesResponse) String() string {
 func (*ListApprovalPoliciesResponse) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[27]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2337,7 @@ func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{27}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListApprovalPoliciesResponse) GetApprovalPolicies() []*ApprovalPolicy {
@@ -2272,7 +2365,7 @@ type CreateApprovalPolicyRequest struct {
 
 func (x *CreateApprovalPolicyRequest) Reset() {
 	*x = CreateApprovalPolicyRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[28]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2377,7 @@ func (x *CreateApprovalPolicyRequest) String() string {
 func (*CreateApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *CreateApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[28]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2390,7 @@ func (x *CreateApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*CreateApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{28}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateApprovalPolicyRequest) GetApprovalPolicyId() string {
@@ -2332,7 +2425,7 @@ type UpdateApprovalPolicyRequest struct {
 
 func (x *UpdateApprovalPolicyRequest) Reset() {
 	*x = UpdateApprovalPolicyRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[29]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2344,7 +2437,7 @@ func (x *UpdateApprovalPolicyRequest) String() string {
 func (*UpdateApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *UpdateApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[29]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2357,7 +2450,7 @@ func (x *UpdateApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*UpdateApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{29}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UpdateApprovalPolicyRequest) GetApprovalPolicy() *ApprovalPolicy {
@@ -2384,7 +2477,7 @@ type DeleteApprovalPolicyRequest struct {
 
 func (x *DeleteApprovalPolicyRequest) Reset() {
 	*x = DeleteApprovalPolicyRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[30]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2396,7 +2489,7 @@ func (x *DeleteApprovalPolicyRequest) String() string {
 func (*DeleteApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *DeleteApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[30]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2409,7 +2502,7 @@ func (x *DeleteApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeleteApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{30}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteApprovalPolicyRequest) GetName() string {
@@ -2510,7 +2603,7 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\x06filter\x18\x04 \x01(\tR\x06filter\"\x8d\x01\n" +
 	"\x1bListVirtualClustersResponse\x12F\n" +
 	"\x10virtual_clusters\x18\x01 \x03(\v2\x1b.gpuplane.v1.VirtualClusterR\x0fvirtualClusters\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xeb\t\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x87\v\n" +
 	"\aRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04team\x18\x02 \x01(\tR\x04team\x12\x1e\n" +
@@ -2521,7 +2614,8 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\x16create_virtual_cluster\x18\x05 \x01(\v2(.gpuplane.v1.CreateVirtualClusterPayloadH\x00R\x14createVirtualCluster\x12p\n" +
 	"\x1cchange_virtual_cluster_quota\x18\x06 \x01(\v2-.gpuplane.v1.ChangeVirtualClusterQuotaPayloadH\x00R\x19changeVirtualClusterQuota\x12Q\n" +
 	"\x11change_team_quota\x18\a \x01(\v2#.gpuplane.v1.ChangeTeamQuotaPayloadH\x00R\x0fchangeTeamQuota\x12`\n" +
-	"\x16delete_virtual_cluster\x18\b \x01(\v2(.gpuplane.v1.DeleteVirtualClusterPayloadH\x00R\x14deleteVirtualCluster\x12$\n" +
+	"\x16delete_virtual_cluster\x18\b \x01(\v2(.gpuplane.v1.DeleteVirtualClusterPayloadH\x00R\x14deleteVirtualCluster\x12v\n" +
+	"\x1echange_virtual_cluster_version\x18\x14 \x01(\v2/.gpuplane.v1.ChangeVirtualClusterVersionPayloadH\x00R\x1bchangeVirtualClusterVersion\x12$\n" +
 	"\rjustification\x18\t \x01(\tR\rjustification\x120\n" +
 	"\x05state\x18\n" +
 	" \x01(\x0e2\x1a.gpuplane.v1.Request.StateR\x05state\x12\x1c\n" +
@@ -2545,13 +2639,14 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\tCANCELLED\x10\x04\x12\v\n" +
 	"\aAPPLIED\x10\x05\x12\n" +
 	"\n" +
-	"\x06FAILED\x10\x06\"\x8d\x01\n" +
+	"\x06FAILED\x10\x06\"\xb1\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16CREATE_VIRTUAL_CLUSTER\x10\x01\x12 \n" +
 	"\x1cCHANGE_VIRTUAL_CLUSTER_QUOTA\x10\x02\x12\x15\n" +
 	"\x11CHANGE_TEAM_QUOTA\x10\x03\x12\x1a\n" +
-	"\x16DELETE_VIRTUAL_CLUSTER\x10\x04B\t\n" +
+	"\x16DELETE_VIRTUAL_CLUSTER\x10\x04\x12\"\n" +
+	"\x1eCHANGE_VIRTUAL_CLUSTER_VERSION\x10\x05B\t\n" +
 	"\apayload\"\xa9\x01\n" +
 	"\x1bCreateVirtualClusterPayload\x12,\n" +
 	"\x12virtual_cluster_id\x18\x01 \x01(\tR\x10virtualClusterId\x123\n" +
@@ -2561,7 +2656,11 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\x0fvirtual_cluster\x18\x01 \x01(\tR\x0evirtualCluster\x12(\n" +
 	"\x05quota\x18\x02 \x01(\v2\x12.gpuplane.v1.QuotaR\x05quota\x12(\n" +
 	"\x05limit\x18\x03 \x01(\v2\x12.gpuplane.v1.QuotaR\x05limit\x12+\n" +
-	"\x11accept_preemption\x18\x04 \x01(\bR\x10acceptPreemption\"o\n" +
+	"\x11accept_preemption\x18\x04 \x01(\bR\x10acceptPreemption\"\xa1\x01\n" +
+	"\"ChangeVirtualClusterVersionPayload\x12'\n" +
+	"\x0fvirtual_cluster\x18\x01 \x01(\tR\x0evirtualCluster\x12#\n" +
+	"\rchart_version\x18\x02 \x01(\tR\fchartVersion\x12-\n" +
+	"\x12kubernetes_version\x18\x03 \x01(\tR\x11kubernetesVersion\"o\n" +
 	"\x16ChangeTeamQuotaPayload\x12(\n" +
 	"\x05quota\x18\x01 \x01(\v2\x12.gpuplane.v1.QuotaR\x05quota\x12+\n" +
 	"\x11accept_preemption\x18\x02 \x01(\bR\x10acceptPreemption\"F\n" +
@@ -2674,7 +2773,7 @@ func file_gpuplane_v1_workflow_proto_rawDescGZIP() []byte {
 }
 
 var file_gpuplane_v1_workflow_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_gpuplane_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_gpuplane_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_gpuplane_v1_workflow_proto_goTypes = []any{
 	(VirtualClusterStatus_Phase)(0),            // 0: gpuplane.v1.VirtualClusterStatus.Phase
 	(Condition_Status)(0),                      // 1: gpuplane.v1.Condition.Status
@@ -2692,102 +2791,104 @@ var file_gpuplane_v1_workflow_proto_goTypes = []any{
 	(*Request)(nil),                            // 13: gpuplane.v1.Request
 	(*CreateVirtualClusterPayload)(nil),        // 14: gpuplane.v1.CreateVirtualClusterPayload
 	(*ChangeVirtualClusterQuotaPayload)(nil),   // 15: gpuplane.v1.ChangeVirtualClusterQuotaPayload
-	(*ChangeTeamQuotaPayload)(nil),             // 16: gpuplane.v1.ChangeTeamQuotaPayload
-	(*DeleteVirtualClusterPayload)(nil),        // 17: gpuplane.v1.DeleteVirtualClusterPayload
-	(*FitResult)(nil),                          // 18: gpuplane.v1.FitResult
-	(*Shortfall)(nil),                          // 19: gpuplane.v1.Shortfall
-	(*CreateRequestRequest)(nil),               // 20: gpuplane.v1.CreateRequestRequest
-	(*GetRequestRequest)(nil),                  // 21: gpuplane.v1.GetRequestRequest
-	(*ListRequestsRequest)(nil),                // 22: gpuplane.v1.ListRequestsRequest
-	(*ListRequestsResponse)(nil),               // 23: gpuplane.v1.ListRequestsResponse
-	(*CancelRequestRequest)(nil),               // 24: gpuplane.v1.CancelRequestRequest
-	(*ApproveRequestRequest)(nil),              // 25: gpuplane.v1.ApproveRequestRequest
-	(*RejectRequestRequest)(nil),               // 26: gpuplane.v1.RejectRequestRequest
-	(*CheckFitRequest)(nil),                    // 27: gpuplane.v1.CheckFitRequest
-	(*ApprovalPolicy)(nil),                     // 28: gpuplane.v1.ApprovalPolicy
-	(*GetApprovalPolicyRequest)(nil),           // 29: gpuplane.v1.GetApprovalPolicyRequest
-	(*ListApprovalPoliciesRequest)(nil),        // 30: gpuplane.v1.ListApprovalPoliciesRequest
-	(*ListApprovalPoliciesResponse)(nil),       // 31: gpuplane.v1.ListApprovalPoliciesResponse
-	(*CreateApprovalPolicyRequest)(nil),        // 32: gpuplane.v1.CreateApprovalPolicyRequest
-	(*UpdateApprovalPolicyRequest)(nil),        // 33: gpuplane.v1.UpdateApprovalPolicyRequest
-	(*DeleteApprovalPolicyRequest)(nil),        // 34: gpuplane.v1.DeleteApprovalPolicyRequest
-	(*timestamppb.Timestamp)(nil),              // 35: google.protobuf.Timestamp
-	(*Quota)(nil),                              // 36: gpuplane.v1.Quota
-	(*fieldmaskpb.FieldMask)(nil),              // 37: google.protobuf.FieldMask
-	(*emptypb.Empty)(nil),                      // 38: google.protobuf.Empty
+	(*ChangeVirtualClusterVersionPayload)(nil), // 16: gpuplane.v1.ChangeVirtualClusterVersionPayload
+	(*ChangeTeamQuotaPayload)(nil),             // 17: gpuplane.v1.ChangeTeamQuotaPayload
+	(*DeleteVirtualClusterPayload)(nil),        // 18: gpuplane.v1.DeleteVirtualClusterPayload
+	(*FitResult)(nil),                          // 19: gpuplane.v1.FitResult
+	(*Shortfall)(nil),                          // 20: gpuplane.v1.Shortfall
+	(*CreateRequestRequest)(nil),               // 21: gpuplane.v1.CreateRequestRequest
+	(*GetRequestRequest)(nil),                  // 22: gpuplane.v1.GetRequestRequest
+	(*ListRequestsRequest)(nil),                // 23: gpuplane.v1.ListRequestsRequest
+	(*ListRequestsResponse)(nil),               // 24: gpuplane.v1.ListRequestsResponse
+	(*CancelRequestRequest)(nil),               // 25: gpuplane.v1.CancelRequestRequest
+	(*ApproveRequestRequest)(nil),              // 26: gpuplane.v1.ApproveRequestRequest
+	(*RejectRequestRequest)(nil),               // 27: gpuplane.v1.RejectRequestRequest
+	(*CheckFitRequest)(nil),                    // 28: gpuplane.v1.CheckFitRequest
+	(*ApprovalPolicy)(nil),                     // 29: gpuplane.v1.ApprovalPolicy
+	(*GetApprovalPolicyRequest)(nil),           // 30: gpuplane.v1.GetApprovalPolicyRequest
+	(*ListApprovalPoliciesRequest)(nil),        // 31: gpuplane.v1.ListApprovalPoliciesRequest
+	(*ListApprovalPoliciesResponse)(nil),       // 32: gpuplane.v1.ListApprovalPoliciesResponse
+	(*CreateApprovalPolicyRequest)(nil),        // 33: gpuplane.v1.CreateApprovalPolicyRequest
+	(*UpdateApprovalPolicyRequest)(nil),        // 34: gpuplane.v1.UpdateApprovalPolicyRequest
+	(*DeleteApprovalPolicyRequest)(nil),        // 35: gpuplane.v1.DeleteApprovalPolicyRequest
+	(*timestamppb.Timestamp)(nil),              // 36: google.protobuf.Timestamp
+	(*Quota)(nil),                              // 37: gpuplane.v1.Quota
+	(*fieldmaskpb.FieldMask)(nil),              // 38: google.protobuf.FieldMask
+	(*emptypb.Empty)(nil),                      // 39: google.protobuf.Empty
 }
 var file_gpuplane_v1_workflow_proto_depIdxs = []int32{
 	5,  // 0: gpuplane.v1.VirtualCluster.spec:type_name -> gpuplane.v1.VirtualClusterSpec
 	6,  // 1: gpuplane.v1.VirtualCluster.status:type_name -> gpuplane.v1.VirtualClusterStatus
-	35, // 2: gpuplane.v1.VirtualCluster.create_time:type_name -> google.protobuf.Timestamp
-	35, // 3: gpuplane.v1.VirtualCluster.update_time:type_name -> google.protobuf.Timestamp
-	36, // 4: gpuplane.v1.VirtualClusterSpec.quota:type_name -> gpuplane.v1.Quota
-	36, // 5: gpuplane.v1.VirtualClusterSpec.limit:type_name -> gpuplane.v1.Quota
-	35, // 6: gpuplane.v1.VirtualClusterSpec.expire_time:type_name -> google.protobuf.Timestamp
+	36, // 2: gpuplane.v1.VirtualCluster.create_time:type_name -> google.protobuf.Timestamp
+	36, // 3: gpuplane.v1.VirtualCluster.update_time:type_name -> google.protobuf.Timestamp
+	37, // 4: gpuplane.v1.VirtualClusterSpec.quota:type_name -> gpuplane.v1.Quota
+	37, // 5: gpuplane.v1.VirtualClusterSpec.limit:type_name -> gpuplane.v1.Quota
+	36, // 6: gpuplane.v1.VirtualClusterSpec.expire_time:type_name -> google.protobuf.Timestamp
 	0,  // 7: gpuplane.v1.VirtualClusterStatus.phase:type_name -> gpuplane.v1.VirtualClusterStatus.Phase
 	7,  // 8: gpuplane.v1.VirtualClusterStatus.conditions:type_name -> gpuplane.v1.Condition
-	36, // 9: gpuplane.v1.VirtualClusterStatus.allocated:type_name -> gpuplane.v1.Quota
+	37, // 9: gpuplane.v1.VirtualClusterStatus.allocated:type_name -> gpuplane.v1.Quota
 	1,  // 10: gpuplane.v1.Condition.status:type_name -> gpuplane.v1.Condition.Status
-	35, // 11: gpuplane.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	36, // 11: gpuplane.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
 	4,  // 12: gpuplane.v1.ListVirtualClustersResponse.virtual_clusters:type_name -> gpuplane.v1.VirtualCluster
 	3,  // 13: gpuplane.v1.Request.kind:type_name -> gpuplane.v1.Request.Kind
 	14, // 14: gpuplane.v1.Request.create_virtual_cluster:type_name -> gpuplane.v1.CreateVirtualClusterPayload
 	15, // 15: gpuplane.v1.Request.change_virtual_cluster_quota:type_name -> gpuplane.v1.ChangeVirtualClusterQuotaPayload
-	16, // 16: gpuplane.v1.Request.change_team_quota:type_name -> gpuplane.v1.ChangeTeamQuotaPayload
-	17, // 17: gpuplane.v1.Request.delete_virtual_cluster:type_name -> gpuplane.v1.DeleteVirtualClusterPayload
-	2,  // 18: gpuplane.v1.Request.state:type_name -> gpuplane.v1.Request.State
-	35, // 19: gpuplane.v1.Request.decide_time:type_name -> google.protobuf.Timestamp
-	35, // 20: gpuplane.v1.Request.create_time:type_name -> google.protobuf.Timestamp
-	35, // 21: gpuplane.v1.Request.update_time:type_name -> google.protobuf.Timestamp
-	5,  // 22: gpuplane.v1.CreateVirtualClusterPayload.spec:type_name -> gpuplane.v1.VirtualClusterSpec
-	36, // 23: gpuplane.v1.ChangeVirtualClusterQuotaPayload.quota:type_name -> gpuplane.v1.Quota
-	36, // 24: gpuplane.v1.ChangeVirtualClusterQuotaPayload.limit:type_name -> gpuplane.v1.Quota
-	36, // 25: gpuplane.v1.ChangeTeamQuotaPayload.quota:type_name -> gpuplane.v1.Quota
-	19, // 26: gpuplane.v1.FitResult.shortfalls:type_name -> gpuplane.v1.Shortfall
-	13, // 27: gpuplane.v1.CreateRequestRequest.request:type_name -> gpuplane.v1.Request
-	13, // 28: gpuplane.v1.ListRequestsResponse.requests:type_name -> gpuplane.v1.Request
-	13, // 29: gpuplane.v1.CheckFitRequest.request:type_name -> gpuplane.v1.Request
-	35, // 30: gpuplane.v1.ApprovalPolicy.create_time:type_name -> google.protobuf.Timestamp
-	35, // 31: gpuplane.v1.ApprovalPolicy.update_time:type_name -> google.protobuf.Timestamp
-	28, // 32: gpuplane.v1.ListApprovalPoliciesResponse.approval_policies:type_name -> gpuplane.v1.ApprovalPolicy
-	28, // 33: gpuplane.v1.CreateApprovalPolicyRequest.approval_policy:type_name -> gpuplane.v1.ApprovalPolicy
-	28, // 34: gpuplane.v1.UpdateApprovalPolicyRequest.approval_policy:type_name -> gpuplane.v1.ApprovalPolicy
-	37, // 35: gpuplane.v1.UpdateApprovalPolicyRequest.update_mask:type_name -> google.protobuf.FieldMask
-	10, // 36: gpuplane.v1.VirtualClusterService.GetVirtualCluster:input_type -> gpuplane.v1.GetVirtualClusterRequest
-	11, // 37: gpuplane.v1.VirtualClusterService.ListVirtualClusters:input_type -> gpuplane.v1.ListVirtualClustersRequest
-	8,  // 38: gpuplane.v1.VirtualClusterService.GetVirtualClusterKubeconfig:input_type -> gpuplane.v1.GetVirtualClusterKubeconfigRequest
-	20, // 39: gpuplane.v1.RequestService.CreateRequest:input_type -> gpuplane.v1.CreateRequestRequest
-	21, // 40: gpuplane.v1.RequestService.GetRequest:input_type -> gpuplane.v1.GetRequestRequest
-	22, // 41: gpuplane.v1.RequestService.ListRequests:input_type -> gpuplane.v1.ListRequestsRequest
-	24, // 42: gpuplane.v1.RequestService.CancelRequest:input_type -> gpuplane.v1.CancelRequestRequest
-	25, // 43: gpuplane.v1.RequestService.ApproveRequest:input_type -> gpuplane.v1.ApproveRequestRequest
-	26, // 44: gpuplane.v1.RequestService.RejectRequest:input_type -> gpuplane.v1.RejectRequestRequest
-	27, // 45: gpuplane.v1.RequestService.CheckFit:input_type -> gpuplane.v1.CheckFitRequest
-	29, // 46: gpuplane.v1.ApprovalPolicyService.GetApprovalPolicy:input_type -> gpuplane.v1.GetApprovalPolicyRequest
-	30, // 47: gpuplane.v1.ApprovalPolicyService.ListApprovalPolicies:input_type -> gpuplane.v1.ListApprovalPoliciesRequest
-	32, // 48: gpuplane.v1.ApprovalPolicyService.CreateApprovalPolicy:input_type -> gpuplane.v1.CreateApprovalPolicyRequest
-	33, // 49: gpuplane.v1.ApprovalPolicyService.UpdateApprovalPolicy:input_type -> gpuplane.v1.UpdateApprovalPolicyRequest
-	34, // 50: gpuplane.v1.ApprovalPolicyService.DeleteApprovalPolicy:input_type -> gpuplane.v1.DeleteApprovalPolicyRequest
-	4,  // 51: gpuplane.v1.VirtualClusterService.GetVirtualCluster:output_type -> gpuplane.v1.VirtualCluster
-	12, // 52: gpuplane.v1.VirtualClusterService.ListVirtualClusters:output_type -> gpuplane.v1.ListVirtualClustersResponse
-	9,  // 53: gpuplane.v1.VirtualClusterService.GetVirtualClusterKubeconfig:output_type -> gpuplane.v1.VirtualClusterKubeconfig
-	13, // 54: gpuplane.v1.RequestService.CreateRequest:output_type -> gpuplane.v1.Request
-	13, // 55: gpuplane.v1.RequestService.GetRequest:output_type -> gpuplane.v1.Request
-	23, // 56: gpuplane.v1.RequestService.ListRequests:output_type -> gpuplane.v1.ListRequestsResponse
-	13, // 57: gpuplane.v1.RequestService.CancelRequest:output_type -> gpuplane.v1.Request
-	13, // 58: gpuplane.v1.RequestService.ApproveRequest:output_type -> gpuplane.v1.Request
-	13, // 59: gpuplane.v1.RequestService.RejectRequest:output_type -> gpuplane.v1.Request
-	18, // 60: gpuplane.v1.RequestService.CheckFit:output_type -> gpuplane.v1.FitResult
-	28, // 61: gpuplane.v1.ApprovalPolicyService.GetApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
-	31, // 62: gpuplane.v1.ApprovalPolicyService.ListApprovalPolicies:output_type -> gpuplane.v1.ListApprovalPoliciesResponse
-	28, // 63: gpuplane.v1.ApprovalPolicyService.CreateApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
-	28, // 64: gpuplane.v1.ApprovalPolicyService.UpdateApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
-	38, // 65: gpuplane.v1.ApprovalPolicyService.DeleteApprovalPolicy:output_type -> google.protobuf.Empty
-	51, // [51:66] is the sub-list for method output_type
-	36, // [36:51] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	17, // 16: gpuplane.v1.Request.change_team_quota:type_name -> gpuplane.v1.ChangeTeamQuotaPayload
+	18, // 17: gpuplane.v1.Request.delete_virtual_cluster:type_name -> gpuplane.v1.DeleteVirtualClusterPayload
+	16, // 18: gpuplane.v1.Request.change_virtual_cluster_version:type_name -> gpuplane.v1.ChangeVirtualClusterVersionPayload
+	2,  // 19: gpuplane.v1.Request.state:type_name -> gpuplane.v1.Request.State
+	36, // 20: gpuplane.v1.Request.decide_time:type_name -> google.protobuf.Timestamp
+	36, // 21: gpuplane.v1.Request.create_time:type_name -> google.protobuf.Timestamp
+	36, // 22: gpuplane.v1.Request.update_time:type_name -> google.protobuf.Timestamp
+	5,  // 23: gpuplane.v1.CreateVirtualClusterPayload.spec:type_name -> gpuplane.v1.VirtualClusterSpec
+	37, // 24: gpuplane.v1.ChangeVirtualClusterQuotaPayload.quota:type_name -> gpuplane.v1.Quota
+	37, // 25: gpuplane.v1.ChangeVirtualClusterQuotaPayload.limit:type_name -> gpuplane.v1.Quota
+	37, // 26: gpuplane.v1.ChangeTeamQuotaPayload.quota:type_name -> gpuplane.v1.Quota
+	20, // 27: gpuplane.v1.FitResult.shortfalls:type_name -> gpuplane.v1.Shortfall
+	13, // 28: gpuplane.v1.CreateRequestRequest.request:type_name -> gpuplane.v1.Request
+	13, // 29: gpuplane.v1.ListRequestsResponse.requests:type_name -> gpuplane.v1.Request
+	13, // 30: gpuplane.v1.CheckFitRequest.request:type_name -> gpuplane.v1.Request
+	36, // 31: gpuplane.v1.ApprovalPolicy.create_time:type_name -> google.protobuf.Timestamp
+	36, // 32: gpuplane.v1.ApprovalPolicy.update_time:type_name -> google.protobuf.Timestamp
+	29, // 33: gpuplane.v1.ListApprovalPoliciesResponse.approval_policies:type_name -> gpuplane.v1.ApprovalPolicy
+	29, // 34: gpuplane.v1.CreateApprovalPolicyRequest.approval_policy:type_name -> gpuplane.v1.ApprovalPolicy
+	29, // 35: gpuplane.v1.UpdateApprovalPolicyRequest.approval_policy:type_name -> gpuplane.v1.ApprovalPolicy
+	38, // 36: gpuplane.v1.UpdateApprovalPolicyRequest.update_mask:type_name -> google.protobuf.FieldMask
+	10, // 37: gpuplane.v1.VirtualClusterService.GetVirtualCluster:input_type -> gpuplane.v1.GetVirtualClusterRequest
+	11, // 38: gpuplane.v1.VirtualClusterService.ListVirtualClusters:input_type -> gpuplane.v1.ListVirtualClustersRequest
+	8,  // 39: gpuplane.v1.VirtualClusterService.GetVirtualClusterKubeconfig:input_type -> gpuplane.v1.GetVirtualClusterKubeconfigRequest
+	21, // 40: gpuplane.v1.RequestService.CreateRequest:input_type -> gpuplane.v1.CreateRequestRequest
+	22, // 41: gpuplane.v1.RequestService.GetRequest:input_type -> gpuplane.v1.GetRequestRequest
+	23, // 42: gpuplane.v1.RequestService.ListRequests:input_type -> gpuplane.v1.ListRequestsRequest
+	25, // 43: gpuplane.v1.RequestService.CancelRequest:input_type -> gpuplane.v1.CancelRequestRequest
+	26, // 44: gpuplane.v1.RequestService.ApproveRequest:input_type -> gpuplane.v1.ApproveRequestRequest
+	27, // 45: gpuplane.v1.RequestService.RejectRequest:input_type -> gpuplane.v1.RejectRequestRequest
+	28, // 46: gpuplane.v1.RequestService.CheckFit:input_type -> gpuplane.v1.CheckFitRequest
+	30, // 47: gpuplane.v1.ApprovalPolicyService.GetApprovalPolicy:input_type -> gpuplane.v1.GetApprovalPolicyRequest
+	31, // 48: gpuplane.v1.ApprovalPolicyService.ListApprovalPolicies:input_type -> gpuplane.v1.ListApprovalPoliciesRequest
+	33, // 49: gpuplane.v1.ApprovalPolicyService.CreateApprovalPolicy:input_type -> gpuplane.v1.CreateApprovalPolicyRequest
+	34, // 50: gpuplane.v1.ApprovalPolicyService.UpdateApprovalPolicy:input_type -> gpuplane.v1.UpdateApprovalPolicyRequest
+	35, // 51: gpuplane.v1.ApprovalPolicyService.DeleteApprovalPolicy:input_type -> gpuplane.v1.DeleteApprovalPolicyRequest
+	4,  // 52: gpuplane.v1.VirtualClusterService.GetVirtualCluster:output_type -> gpuplane.v1.VirtualCluster
+	12, // 53: gpuplane.v1.VirtualClusterService.ListVirtualClusters:output_type -> gpuplane.v1.ListVirtualClustersResponse
+	9,  // 54: gpuplane.v1.VirtualClusterService.GetVirtualClusterKubeconfig:output_type -> gpuplane.v1.VirtualClusterKubeconfig
+	13, // 55: gpuplane.v1.RequestService.CreateRequest:output_type -> gpuplane.v1.Request
+	13, // 56: gpuplane.v1.RequestService.GetRequest:output_type -> gpuplane.v1.Request
+	24, // 57: gpuplane.v1.RequestService.ListRequests:output_type -> gpuplane.v1.ListRequestsResponse
+	13, // 58: gpuplane.v1.RequestService.CancelRequest:output_type -> gpuplane.v1.Request
+	13, // 59: gpuplane.v1.RequestService.ApproveRequest:output_type -> gpuplane.v1.Request
+	13, // 60: gpuplane.v1.RequestService.RejectRequest:output_type -> gpuplane.v1.Request
+	19, // 61: gpuplane.v1.RequestService.CheckFit:output_type -> gpuplane.v1.FitResult
+	29, // 62: gpuplane.v1.ApprovalPolicyService.GetApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
+	32, // 63: gpuplane.v1.ApprovalPolicyService.ListApprovalPolicies:output_type -> gpuplane.v1.ListApprovalPoliciesResponse
+	29, // 64: gpuplane.v1.ApprovalPolicyService.CreateApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
+	29, // 65: gpuplane.v1.ApprovalPolicyService.UpdateApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
+	39, // 66: gpuplane.v1.ApprovalPolicyService.DeleteApprovalPolicy:output_type -> google.protobuf.Empty
+	52, // [52:67] is the sub-list for method output_type
+	37, // [37:52] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_gpuplane_v1_workflow_proto_init() }
@@ -2801,6 +2902,7 @@ func file_gpuplane_v1_workflow_proto_init() {
 		(*Request_ChangeVirtualClusterQuota)(nil),
 		(*Request_ChangeTeamQuota)(nil),
 		(*Request_DeleteVirtualCluster)(nil),
+		(*Request_ChangeVirtualClusterVersion)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2808,7 +2910,7 @@ func file_gpuplane_v1_workflow_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpuplane_v1_workflow_proto_rawDesc), len(file_gpuplane_v1_workflow_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

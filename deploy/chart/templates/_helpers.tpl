@@ -223,3 +223,12 @@ podAntiAffinity:
             {{- include "gpuplane.selectorLabels" (dict "ctx" .ctx "component" .component) | nindent 12 }}
 {{- end -}}
 {{- end -}}
+
+{{/* A map as "k=v,k2=v2" (sorted keys), for list-valued GPUPLANE_* variables. */}}
+{{- define "gpuplane.keyValues" -}}
+{{- $out := list -}}
+{{- range $k, $v := . -}}
+{{- $out = append $out (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $out -}}
+{{- end -}}

@@ -1,8 +1,9 @@
-// Package vclusterchart finds the vCluster chart that dev mode and tests
-// install: the chart inside the github.com/loft-sh/vcluster Go module,
-// fetched through the Go module proxy into the module cache. Production
-// never runs `go mod download`: it takes --vcluster-chart-dir or
-// --vcluster-chart-repo. This package imports only the standard library, so
+// Package vclusterchart finds the vCluster charts that dev mode and tests
+// install: the chart inside the github.com/loft-sh/vcluster Go module of
+// each version, fetched through the Go module proxy into the module cache.
+// Production never runs `go mod download`: it takes --vcluster-chart-dir
+// (version=dir pairs) or --vcluster-chart-repo. This package imports only
+// the standard library and the pure vclusterversions catalog, so
 // hostcluster's own tests can use it without an import cycle.
 package vclusterchart
 
@@ -16,27 +17,36 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/gpuplane/gpuplane/internal/vclusterversions"
 )
 
-// Module is the Go module whose source holds the tested chart.
-const Module = "github.com/loft-sh/vcluster@v0.20.0"
+// Default is the chart version dev mode and tests install unless they name
+// another: the platform's default.
+const Default = "0.36.1"
+
+// Module is the Go module (path@version) whose source holds chart version.
+func Module(version string) string {
+	return "github.com/loft-sh/vcluster@v" + vclusterversions.Normalize(version)
+}
 
 var (
 	dirMu    sync.Mutex
-	dirCache string
+	dirCache = map[string]string{}
 )
 
-// Dir returns the vCluster 0.20.0 chart inside the Go module
-// cache, downloading the module through the Go module proxy on first use
-// (`go mod download -json`). The chart directory is read-only; Helm only
-// reads it. The result is cached for the life of the process.
-func Dir(ctx context.Context) (string, error) {
+// Dir returns the chart of a vCluster version inside the Go module cache,
+// downloading the module through the Go module proxy on first use (`go mod
+// download -json`). The chart directory is read-only; Helm only reads it.
+// Results are cached for the life of the process.
+func Dir(ctx context.Context, version string) (string, error) {
+	module := Module(version)
 	dirMu.Lock()
 	defer dirMu.Unlock()
-	if dirCache != "" {
-		return dirCache, nil
+	if dir := dirCache[module]; dir != "" {
+		return dir, nil
 	}
-	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", Module)
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", module)
 	// Outside any module, so the download never touches a go.mod.
 	cmd.Dir = os.TempDir()
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off", "GO111MODULE=on")
@@ -45,18 +55,57 @@ func Dir(ctx context.Context) (string, error) {
 	out, err := cmd.Output()
 	var info struct{ Dir, Error string }
 	if jerr := json.Unmarshal(out, &info); jerr == nil && info.Error != "" {
-		return "", fmt.Errorf("vclusterchart: go mod download %s: %s", Module, info.Error)
+		return "", fmt.Errorf("vclusterchart: go mod download %s: %s", module, info.Error)
 	}
 	if err != nil {
-		return "", fmt.Errorf("vclusterchart: go mod download %s: %w: %s", Module, err, strings.TrimSpace(stderr.String()))
+		return "", fmt.Errorf("vclusterchart: go mod download %s: %w: %s", module, err, strings.TrimSpace(stderr.String()))
 	}
 	if info.Dir == "" {
-		return "", fmt.Errorf("vclusterchart: go mod download %s printed no module directory", Module)
+		return "", fmt.Errorf("vclusterchart: go mod download %s printed no module directory", module)
 	}
 	dir := filepath.Join(info.Dir, "chart")
 	if _, err := os.Stat(filepath.Join(dir, "Chart.yaml")); err != nil {
-		return "", fmt.Errorf("vclusterchart: no chart in module %s: %w", Module, err)
+		return "", fmt.Errorf("vclusterchart: no chart in module %s: %w", module, err)
 	}
-	dirCache = dir
+	dirCache[module] = dir
 	return dir, nil
+}
+
+// Dirs returns the chart directory of each of versions (all the charts
+// gpuplane knows when none are named), keyed by normalized version: what
+// hostcluster.ChartSource.Dirs takes.
+func Dirs(ctx context.Context, versions ...string) (map[string]string, error) {
+	if len(versions) == 0 {
+		versions = vclusterversions.KnownCharts()
+	}
+	out := map[string]string{}
+	for _, v := range versions {
+		if v = vclusterversions.Normalize(v); v == "" {
+			continue
+		}
+		dir, err := Dir(ctx, v)
+		if err != nil {
+			return nil, err
+		}
+		out[v] = dir
+	}
+	return out, nil
+}
+
+// Flag returns the value of --vcluster-chart-dir that installs each of
+// versions (comma-separated, as --vcluster-chart-versions takes them) from
+// the Go module cache: "0.36.1=/…/chart,0.20.0=/…/chart".
+func Flag(ctx context.Context, versions string) (string, error) {
+	var pairs []string
+	for _, v := range strings.Split(versions, ",") {
+		if v = vclusterversions.Normalize(v); v == "" {
+			continue
+		}
+		dir, err := Dir(ctx, v)
+		if err != nil {
+			return "", err
+		}
+		pairs = append(pairs, v+"="+dir)
+	}
+	return strings.Join(pairs, ","), nil
 }

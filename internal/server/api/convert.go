@@ -162,6 +162,10 @@ func payloadToProto(p request.Payload, out *pb.Request) {
 			Quota: quotaToProto(p.ChangeTeamQuota.Quota), AcceptPreemption: p.ChangeTeamQuota.AcceptPreemption}}
 	case p.Delete != nil:
 		out.Payload = &pb.Request_DeleteVirtualCluster{DeleteVirtualCluster: &pb.DeleteVirtualClusterPayload{VirtualCluster: p.Delete.VirtualCluster}}
+	case p.ChangeVersion != nil:
+		c := p.ChangeVersion
+		out.Payload = &pb.Request_ChangeVirtualClusterVersion{ChangeVirtualClusterVersion: &pb.ChangeVirtualClusterVersionPayload{
+			VirtualCluster: c.VirtualCluster, ChartVersion: c.ChartVersion, KubernetesVersion: c.KubernetesVersion}}
 	}
 }
 

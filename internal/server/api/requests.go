@@ -57,6 +57,19 @@ func (s *Requests) payload(ctx context.Context, team tenancy.Team, r *pb.Request
 		checkGPU(field+".gpu", l.GPU)
 		return &l
 	}
+	// teamVC parses the virtual cluster a change names (field), which must
+	// belong to the requesting team.
+	teamVC := func(field, name string) (string, error) {
+		vcTeam, id, err := names.ParseVirtualCluster(field, name)
+		if err != nil {
+			return "", err
+		}
+		if vcTeam != team.ID {
+			v.Add(field, "must belong to %s", names.Team(team.ID))
+			return "", v.Err()
+		}
+		return id, nil
+	}
 	// liveVC reads the virtual cluster a change names; it must be the
 	// team's and live.
 	liveVC := func(name, what string) (virtualcluster.VirtualCluster, error) {
@@ -108,11 +121,7 @@ func (s *Requests) payload(ctx context.Context, team tenancy.Team, r *pb.Request
 		if !q.GPU.IsWhole() && !spec.GetAllowFractionalGpus() {
 			v.Add(f+".quota.gpu", "a fractional GPU quota (%s) needs allow_fractional_gpus", q.GPU)
 		}
-		for field, val := range map[string]string{".kubernetes_version": spec.GetKubernetesVersion(), ".chart_version": spec.GetChartVersion()} {
-			if len(val) > 64 || strings.ContainsAny(val, " /\\\"'") {
-				v.Add(f+field, "must be a plain version string")
-			}
-		}
+		plainVersions := checkVersionStrings(&v, f, spec.GetChartVersion(), spec.GetKubernetesVersion())
 		if et := spec.GetExpireTime(); et != nil {
 			if err := et.CheckValid(); err != nil {
 				v.Add(f+".expire_time", "%v", err)
@@ -129,18 +138,16 @@ func (s *Requests) payload(ctx context.Context, team tenancy.Team, r *pb.Request
 			t := et.AsTime()
 			norm.ExpireTime = &t
 		}
-		s.requests.Defaults().Apply(&norm)
+		if plainVersions {
+			s.requests.NormalizeSpec(&v, f, &norm)
+		}
 		p.Create = &request.CreatePayload{VirtualClusterID: vcID, Spec: norm, VirtualCluster: names.VirtualCluster(team.ID, vcID)}
 	case *pb.Request_ChangeVirtualClusterQuota:
 		c := pl.ChangeVirtualClusterQuota
 		f := "request.change_virtual_cluster_quota"
-		vcTeam, id, err := names.ParseVirtualCluster(f+".virtual_cluster", c.GetVirtualCluster())
+		id, err := teamVC(f+".virtual_cluster", c.GetVirtualCluster())
 		if err != nil {
 			return p, "", err
-		}
-		if vcTeam != team.ID {
-			v.Add(f+".virtual_cluster", "must belong to %s", names.Team(team.ID))
-			return p, "", v.Err()
 		}
 		vcID = id
 		q := quotaFromProto(&v, f+".quota", c.GetQuota())
@@ -172,23 +179,48 @@ func (s *Requests) payload(ctx context.Context, team tenancy.Team, r *pb.Request
 	case *pb.Request_DeleteVirtualCluster:
 		c := pl.DeleteVirtualCluster
 		f := "request.delete_virtual_cluster.virtual_cluster"
-		vcTeam, id, err := names.ParseVirtualCluster(f, c.GetVirtualCluster())
+		id, err := teamVC(f, c.GetVirtualCluster())
 		if err != nil {
 			return p, "", err
-		}
-		if vcTeam != team.ID {
-			v.Add(f, "must belong to %s", names.Team(team.ID))
-			return p, "", v.Err()
 		}
 		vcID = id
 		if _, err := liveVC(c.GetVirtualCluster(), " and cannot be deleted now"); err != nil {
 			return p, vcID, err
 		}
 		p.Delete = &request.DeletePayload{VirtualCluster: c.GetVirtualCluster()}
+	case *pb.Request_ChangeVirtualClusterVersion:
+		c := pl.ChangeVirtualClusterVersion
+		f := "request.change_virtual_cluster_version"
+		id, err := teamVC(f+".virtual_cluster", c.GetVirtualCluster())
+		if err != nil {
+			return p, "", err
+		}
+		vcID = id
+		if !checkVersionStrings(&v, f, c.GetChartVersion(), c.GetKubernetesVersion()) {
+			return p, vcID, v.Err()
+		}
+		vc, err := liveVC(c.GetVirtualCluster(), "; only a provisioned virtual cluster can be upgraded")
+		if err != nil {
+			return p, vcID, err
+		}
+		p.ChangeVersion = s.requests.ResolveUpgrade(&v, f, vc, c.GetVirtualCluster(), c.GetChartVersion(), c.GetKubernetesVersion())
 	default:
-		v.Add("request.payload", "set one of create_virtual_cluster, change_virtual_cluster_quota, change_team_quota, delete_virtual_cluster")
+		v.Add("request.payload", "set one of create_virtual_cluster, change_virtual_cluster_quota, change_team_quota, delete_virtual_cluster, change_virtual_cluster_version")
 	}
 	return p, vcID, v.Err()
+}
+
+// checkVersionStrings bounds the version strings a request names (field
+// prefix f) before the catalog reads them; false when one is not plain.
+func checkVersionStrings(v *errs.Violations, f, chart, kubernetes string) bool {
+	plain := true
+	for field, val := range map[string]string{".chart_version": chart, ".kubernetes_version": kubernetes} {
+		if len(val) > 64 || strings.ContainsAny(val, " /\\\"'") {
+			v.Add(f+field, "must be a plain version string")
+			plain = false
+		}
+	}
+	return plain
 }
 
 // CreateRequest implements pb.RequestServiceServer.

@@ -164,6 +164,10 @@ func sampleRequests() []request.Request {
 		{ID: "r4", Seq: 4, Team: "team-a", Department: "research", Kind: request.KindDeleteVirtualCluster, VirtualCluster: &vc,
 			Payload: request.Payload{Delete: &request.DeletePayload{VirtualCluster: "teams/team-a/virtualClusters/ml-dev"}},
 			State:   request.StateCancelled, Requester: "sub-bob", Version: 1, Created: t0, Updated: t0},
+		{ID: "r5", Seq: 5, Team: "team-a", Department: "research", Kind: request.KindChangeVirtualClusterVersion, VirtualCluster: &vc,
+			Payload: request.Payload{ChangeVersion: &request.ChangeVersionPayload{VirtualCluster: "teams/team-a/virtualClusters/ml-dev",
+				ChartVersion: "0.36.1", KubernetesVersion: "v1.30.2"}},
+			State: request.StateApplied, Requester: "sub-bob", Version: 3, Created: t0, Updated: t1},
 	}
 }
 

@@ -1,0 +1,62 @@
+package reconcile_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
+	"github.com/gpuplane/gpuplane/internal/hostcluster"
+	"github.com/gpuplane/gpuplane/internal/reconcile"
+)
+
+// TestChartUpgradeThroughTheWorker: a virtual cluster created on chart
+// 0.20 (as every one before 0.36 became the default) keeps it across
+// resyncs, and a CHANGE_VIRTUAL_CLUSTER_VERSION request moves it to 0.36.1
+// through the worker: one Helm upgrade of the same release, values valid
+// for the new chart, the request APPLIED.
+func TestChartUpgradeThroughTheWorker(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	w := h.worker(nil, workerConfig("upgrade"))
+	const id = "legacy"
+	spec := vcSpec("1", 2000, 8*gi)
+	spec.ChartVersion = "0.20.0"
+	h.createVC(t, "team-a", id, spec)
+	h.runOnce(t, w)
+	h.waitVC(t, id, 30*time.Second, "applied", applied)
+	ns := hostcluster.NamespaceName(id)
+	image := func() string {
+		t.Helper()
+		sts, err := h.kube.AppsV1().StatefulSets(ns).Get(h.ctx, hostcluster.ReleaseName(id), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sts.Spec.Template.Spec.Containers[0].Image
+	}
+	if got := image(); got != "ghcr.io/loft-sh/vcluster-oss:0.20.0" {
+		t.Errorf("control plane image %s on chart 0.20", got)
+	}
+	h.markReady(t, id)
+	stop := h.start(t, w)
+	h.waitVC(t, id, 30*time.Second, "READY", readyAt)
+	stop()
+
+	req := h.submit(t, "team-a", &pb.Request{Payload: &pb.Request_ChangeVirtualClusterVersion{
+		ChangeVirtualClusterVersion: &pb.ChangeVirtualClusterVersionPayload{
+			VirtualCluster: "teams/team-a/virtualClusters/" + id, ChartVersion: "0.36.1"}}})
+	h.runOnce(t, w)
+	v := h.waitVC(t, id, 60*time.Second, "applied", applied)
+	if s := v.GetSpec(); s.GetChartVersion() != "0.36.1" || s.GetKubernetesVersion() != "v1.30.2" {
+		t.Errorf("spec after the upgrade: chart %s, Kubernetes %s", s.GetChartVersion(), s.GetKubernetesVersion())
+	}
+	if c := condition(v, reconcile.CondRelease); !strings.Contains(c.GetMessage(), "revision 2, deployed") {
+		t.Errorf("release after the upgrade: %s", describe(v))
+	}
+	if got := image(); got != "ghcr.io/loft-sh/vcluster-oss:0.36.1" {
+		t.Errorf("control plane image %s after the upgrade", got)
+	}
+	h.wantRequest(t, req.GetName(), pb.Request_APPLIED)
+	h.assertPresent(t, id, "team-a")
+}
