@@ -190,4 +190,8 @@ func TestTierProfileConfiguration(t *testing.T) {
 	if _, err := c.TierProfiles(); err == nil || !strings.Contains(err.Error(), `pod security "privileged"`) {
 		t.Errorf("privileged Pod Security accepted: %v", err)
 	}
+	c.DedicatedPodSecurity, c.DedicatedPriorityClasses = "baseline", "inference,system-cluster-critical"
+	if _, err := c.TierProfiles(); err == nil || !strings.Contains(err.Error(), `priority class "system-cluster-critical"`) {
+		t.Errorf("a system priority class accepted for tenants: %v", err)
+	}
 }

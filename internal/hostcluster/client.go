@@ -339,7 +339,7 @@ func (c *Client) verifyGuardrails(ctx context.Context, vc VirtualCluster, mutati
 		_, err := probe(func(p *corev1.Pod) { p.Spec.NodeName = "gpuplane-guardrail-probe" })
 		return deniedByUs(err, "spec.nodeName"), nil
 	}}}
-	if !(c.settings.Profile(vc.Tier).FractionalGPUs && vc.AllowFractionalGPUs) {
+	if !vc.fractionalGPUs(c.settings.Profile(vc.Tier)) {
 		checks = append(checks, check{"shared GPUs refused", func() (bool, error) {
 			_, err := probe(func(p *corev1.Pod) {
 				p.Spec.SchedulerName = KAISchedulerName

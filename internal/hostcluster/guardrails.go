@@ -8,6 +8,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	admissionac "k8s.io/client-go/applyconfigurations/admissionregistration/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+
+	"github.com/gpuplane/gpuplane/internal/vclusterversions"
 )
 
 // Guardrails are the admission policies of one virtual cluster. Mutating
@@ -277,10 +279,15 @@ func guardrailRules(vc VirtualCluster, s Settings, p TierProfile) []guardrailRul
 				`; without it KAI puts them in default-queue, outside the quota of this virtual cluster'`,
 		},
 	}
-	if !(p.FractionalGPUs && vc.AllowFractionalGPUs) {
+	if !vc.fractionalGPUs(p) {
 		why := "fractional GPUs are not enabled for virtual cluster " + vc.Name
-		if !p.FractionalGPUs {
+		switch {
+		case !p.FractionalGPUs:
 			why = "virtual cluster " + vc.Name + " is in the " + vc.Tier + " tier, and " + p.FractionalGPUsRefusal
+		case vc.chartDropsGPUGroup():
+			why = "virtual cluster " + vc.Name + " runs vCluster chart " + vclusterversions.Normalize(vc.ChartVersion) +
+				", whose syncer drops " + KAIGPUGroupLabel + " (the GPU-sharing group set by KAI) from host pods; it must be upgraded to chart " +
+				vclusterversions.NewestKeepingHostLabels() + " first"
 		}
 		rules = append(rules, guardrailRule{
 			Expression: `!(` + celSharedGPU + `)`,

@@ -1,6 +1,7 @@
 package hostcluster
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
@@ -29,10 +30,13 @@ import (
 // gpuplane's policies, Pod Security Admission and the ResourceQuota the
 // chart renders from the leaf queue's limit.
 //
-// Every case has a verdict for three virtual clusters: a SHARED team, a
-// DEDICATED team (own pool dedicated-<team>), and a SHARED team whose tier
-// profile enforces Pod Security "restricted". Creates are server-side dry
-// runs (admission runs in full, nothing is stored, so quota usage does not
+// Every case has a verdict for four virtual clusters: a SHARED team, a
+// DEDICATED team (own pool dedicated-<team>) and a SHARED team whose tier
+// profile enforces Pod Security "restricted", all on the default vCluster
+// chart (0.36.1), and a SHARED team still on chart 0.20 (virtual clusters
+// keep their chart until upgraded), whose verdicts are the SHARED ones
+// unless a case says otherwise. Creates are server-side dry runs
+// (admission runs in full, nothing is stored, so quota usage does not
 // accumulate between cases); update cases create a real pod first.
 //
 // What is real: API server, admission (CEL policies, PSA, ResourceQuota,
@@ -53,11 +57,15 @@ const (
 	tShared target = iota
 	tDedicated
 	tRestricted
-	numTargets
+	// numVerdicts: a case spells out a verdict for each target above.
+	numVerdicts
+	// tOldChart is a SHARED virtual cluster on vCluster chart 0.20.
+	tOldChart  = numVerdicts
+	numTargets = tOldChart + 1
 )
 
 func (t target) String() string {
-	return [...]string{"SHARED", "DEDICATED", "SHARED+restricted"}[t]
+	return [...]string{"SHARED", "DEDICATED", "SHARED+restricted", "SHARED, chart 0.20"}[t]
 }
 
 // verdict: admit, or deny with a fragment the message must contain.
@@ -71,7 +79,18 @@ var admit = verdict{admit: true}
 func deny(fragment string) verdict { return verdict{want: fragment} }
 
 // same gives every target one verdict.
-func same(v verdict) [numTargets]verdict { return [numTargets]verdict{v, v, v} }
+func same(v verdict) [numVerdicts]verdict { return [numVerdicts]verdict{v, v, v} }
+
+// verdict is what the case expects for target tg.
+func (tc hostileCase) verdict(tg target) verdict {
+	if tg == tOldChart {
+		if tc.onOldChart != nil {
+			return *tc.onOldChart
+		}
+		return tc.want[tShared]
+	}
+	return tc.want[tg]
+}
 
 type workload string
 
@@ -87,6 +106,8 @@ type hostileEnv struct {
 	vc       VirtualCluster
 	ownPool  string // the pool the virtual cluster may use
 	ownQueue string
+	// values are the vCluster chart values gpuplane rendered for vc.
+	values map[string]any
 }
 
 // foreignPool and foreignQueue belong to another team.
@@ -110,7 +131,9 @@ type hostileCase struct {
 	// noPin builds the host pod without the DEDICATED node selector, as a
 	// misconfigured syncer would.
 	noPin bool
-	want  [numTargets]verdict
+	want  [numVerdicts]verdict
+	// onOldChart, when set, is the verdict on chart 0.20 (else SHARED's).
+	onOldChart *verdict
 }
 
 func gpuContainer(n string) func(e hostileEnv, p *corev1.Pod) {
@@ -201,9 +224,12 @@ var hostileCases = []hostileCase{
 	})), want: same(admit)},
 	{name: "tolerates nvidia.com/gpu taint", kind: wPod, virtual: kaiGPU("1", tolerate(NvidiaGPUResource, corev1.TolerationOpExists, "", corev1.TaintEffectNoSchedule)), want: same(admit)},
 	{name: "gpu-fraction 0.5 with KAI", kind: wPod, virtual: all(kaiGPU("0"), annotate(KAIFractionAnnot, "0.5")),
-		want: [numTargets]verdict{admit, deny("is in the DEDICATED tier, and KAI does not isolate GPU memory"), admit}},
+		want:       [numVerdicts]verdict{admit, deny("is in the DEDICATED tier, and KAI does not isolate GPU memory"), admit},
+		onOldChart: &oldChartNoSharedGPUs},
 	{name: "gpu-memory 2000 with KAI", kind: wPod, virtual: all(kaiGPU("0"), annotate(KAIGPUMemoryAnnot, "2000")),
-		want: [numTargets]verdict{admit, deny("shared-GPU annotations (gpu-fraction, gpu-memory) are refused"), admit}},
+		want:       [numVerdicts]verdict{admit, deny("shared-GPU annotations (gpu-fraction, gpu-memory) are refused"), admit},
+		onOldChart: &oldChartNoSharedGPUs},
+	{name: "CoreDNS pod as the syncer deploys it, with gpuplane's values", kind: wDeployment, virtual: corednsPod(true), want: same(admit)},
 	{name: "priority class train", kind: wPod, virtual: kaiGPU("1", func(_ hostileEnv, p *corev1.Pod) { p.Spec.PriorityClassName = PriorityTrain }), want: same(admit)},
 	{name: "priorityClassName label build-preemptible", kind: wJob, virtual: kaiGPU("1", label(KAIPriorityLabel, PriorityBuildPreemptible)), want: same(admit)},
 	{name: "preemptibility label preemptible", kind: wPod, virtual: kaiGPU("1", label(KAIPreemptibilityLabel, Preemptible)), want: same(admit)},
@@ -214,15 +240,22 @@ var hostileCases = []hostileCase{
 
 	// Priority classes and preemptibility per tier.
 	{name: "priority class inference (non-preemptible)", kind: wDeployment, virtual: kaiGPU("1", func(_ hostileEnv, p *corev1.Pod) { p.Spec.PriorityClassName = PriorityInference }),
-		want: [numTargets]verdict{deny(`priority class "inference" is not allowed for virtual cluster`), admit, deny(`priority class "inference" is not allowed`)}},
+		want: [numVerdicts]verdict{deny(`priority class "inference" is not allowed for virtual cluster`), admit, deny(`priority class "inference" is not allowed`)}},
 	{name: "priorityClassName label inference (KAI reads it first)", kind: wPod, virtual: kaiGPU("1", label(KAIPriorityLabel, PriorityInference)),
-		want: [numTargets]verdict{deny("label priorityClassName=inference is not allowed"), admit, deny("label priorityClassName=inference is not allowed")}},
+		want: [numVerdicts]verdict{deny("label priorityClassName=inference is not allowed"), admit, deny("label priorityClassName=inference is not allowed")}},
 	{name: "preemptibility label forged non-preemptible", kind: wPod, virtual: kaiGPU("1", label(KAIPreemptibilityLabel, NonPreemptible)),
-		want: [numTargets]verdict{deny("label kai.scheduler/preemptibility=non-preemptible is not allowed"), admit, deny("kai.scheduler/preemptibility=non-preemptible")}},
+		want: [numVerdicts]verdict{deny("label kai.scheduler/preemptibility=non-preemptible is not allowed"), admit, deny("kai.scheduler/preemptibility=non-preemptible")}},
 	{name: "preemptibility label with a made-up value", kind: wPod, virtual: kaiGPU("1", label(KAIPreemptibilityLabel, "never")),
 		want: same(deny("label kai.scheduler/preemptibility=never is not allowed"))},
+	// The cluster's own classes: vCluster 0.36 syncs them whatever its
+	// priority class selector says, so only the guardrail stops them.
 	{name: "priority class system-node-critical", kind: wDaemonSet, virtual: func(_ hostileEnv, p *corev1.Pod) { p.Spec.PriorityClassName = "system-node-critical" },
 		want: same(deny(`priority class "system-node-critical" is not allowed`))},
+	{name: "priority class system-cluster-critical on a GPU pod", kind: wDeployment, virtual: kaiGPU("1", func(_ hostileEnv, p *corev1.Pod) {
+		p.Spec.PriorityClassName = "system-cluster-critical"
+	}), want: same(deny(`priority class "system-cluster-critical" is not allowed`))},
+	{name: "priorityClassName label system-node-critical", kind: wPod, virtual: kaiGPU("1", label(KAIPriorityLabel, "system-node-critical")),
+		want: same(deny("label priorityClassName=system-node-critical is not allowed"))},
 
 	// Skipping the scheduler.
 	{name: "preset spec.nodeName on a GPU pod", kind: wPod, virtual: kaiGPU("1", func(_ hostileEnv, p *corev1.Pod) { p.Spec.NodeName = "gpu-node-7" }),
@@ -246,7 +279,7 @@ var hostileCases = []hostileCase{
 		want: same(deny("toleration of taint key node-role.kubernetes.io/control-plane is refused"))},
 	{name: "node selector naming another team's pool", kind: wJob, virtual: kaiGPU("1", selectPool(foreignPool)),
 		// DEDICATED: the syncer overwrites the pool key with its own pool.
-		want: [numTargets]verdict{deny("nodeSelector gpuplane.io/pool=" + foreignPool + " is refused"), admit, deny("nodeSelector gpuplane.io/pool=" + foreignPool)}},
+		want: [numVerdicts]verdict{deny("nodeSelector gpuplane.io/pool=" + foreignPool + " is refused"), admit, deny("nodeSelector gpuplane.io/pool=" + foreignPool)}},
 	{name: "required affinity In another team's pool", kind: wPod, virtual: kaiGPU("1", nodeAffinity(true, corev1.NodeSelectorOpIn, foreignPool)),
 		want: same(deny("node affinity gpuplane.io/pool In [" + foreignPool + "] is refused"))},
 	{name: "preferred affinity In another team's pool", kind: wDeployment, virtual: kaiGPU("1", nodeAffinity(false, corev1.NodeSelectorOpIn, foreignPool)),
@@ -256,9 +289,9 @@ var hostileCases = []hostileCase{
 	{name: "preferred affinity Exists on the pool label", kind: wPod, virtual: kaiGPU("1", nodeAffinity(false, corev1.NodeSelectorOpExists)),
 		want: same(deny("node affinity gpuplane.io/pool Exists is refused"))},
 	{name: "required affinity In the shared pool", kind: wPod, virtual: kaiGPU("1", nodeAffinity(true, corev1.NodeSelectorOpIn, DefaultPool)),
-		want: [numTargets]verdict{admit, deny("node affinity gpuplane.io/pool In [shared] is refused"), admit}},
+		want: [numVerdicts]verdict{admit, deny("node affinity gpuplane.io/pool In [shared] is refused"), admit}},
 	{name: "DEDICATED pod without its pool's node selector (syncer misconfigured)", kind: wPod, virtual: kaiGPU("1"), noPin: true,
-		want: [numTargets]verdict{admit, deny("must carry nodeSelector gpuplane.io/pool=dedicated-team-d"), admit}},
+		want: [numVerdicts]verdict{admit, deny("must carry nodeSelector gpuplane.io/pool=dedicated-team-d"), admit}},
 
 	// Queues and schedulers.
 	{name: "GPU pod naming another team's queue", kind: wPod, virtual: kaiGPU("1", label(KAIQueueLabel, foreignQueue)),
@@ -300,7 +333,7 @@ var hostileCases = []hostileCase{
 	}, update: selectPool(foreignPool),
 		// DEDICATED: the pod already selects its pool, and the API server
 		// allows only additions to a gated pod's node selector.
-		want: [numTargets]verdict{deny("nodeSelector gpuplane.io/pool=" + foreignPool + " is refused"), deny("only additions to spec.nodeSelector are allowed"),
+		want: [numVerdicts]verdict{deny("nodeSelector gpuplane.io/pool=" + foreignPool + " is refused"), deny("only additions to spec.nodeSelector are allowed"),
 			deny("nodeSelector gpuplane.io/pool=" + foreignPool + " is refused")}},
 
 	// Pod Security Admission (baseline by default, restricted by profile).
@@ -310,14 +343,62 @@ var hostileCases = []hostileCase{
 	}), want: same(deny(`violates PodSecurity`))},
 	{name: "hostPath volume", kind: wPod, virtual: func(_ hostileEnv, p *corev1.Pod) {
 		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/kubelet"}}})
-	}, want: [numTargets]verdict{deny(`hostPath volumes (volume "host")`), deny(`hostPath volumes (volume "host")`), deny(`volume "host" uses restricted volume type "hostPath"`)}},
+	}, want: [numVerdicts]verdict{deny(`hostPath volumes (volume "host")`), deny(`hostPath volumes (volume "host")`), deny(`volume "host" uses restricted volume type "hostPath"`)}},
 	{name: "hostNetwork", kind: wDeployment, virtual: func(_ hostileEnv, p *corev1.Pod) { p.Spec.HostNetwork = true }, want: same(deny("host namespaces (hostNetwork=true)"))},
 	{name: "runs as root", kind: wPod, virtual: func(_ hostileEnv, p *corev1.Pod) {
 		p.Spec.SecurityContext.RunAsNonRoot = nil
 		p.Spec.SecurityContext.RunAsUser = ptr.To[int64](0)
-	}, want: [numTargets]verdict{admit, admit, deny(`violates PodSecurity "restricted:latest": runAsNonRoot != true`)}},
+	}, want: [numVerdicts]verdict{admit, admit, deny(`violates PodSecurity "restricted:latest": runAsNonRoot != true`)}},
 	{name: "capabilities not dropped", kind: wJob, virtual: container(func(c *corev1.Container) { c.SecurityContext.Capabilities = nil }),
-		want: [numTargets]verdict{admit, admit, deny(`unrestricted capabilities (container "main" must set securityContext.capabilities.drop=["ALL"])`)}},
+		want: [numVerdicts]verdict{admit, admit, deny(`unrestricted capabilities (container "main" must set securityContext.capabilities.drop=["ALL"])`)}},
+	{name: "CoreDNS pod without a pod seccomp profile (the chart's default)", kind: wDeployment, virtual: corednsPod(false),
+		want: [numVerdicts]verdict{admit, admit, deny(`seccompProfile (pod or container "coredns" must set securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")`)}},
+}
+
+// oldChartNoSharedGPUs: a virtual cluster on chart 0.20 that asked for
+// fractional GPUs gets them refused until it is upgraded.
+var oldChartNoSharedGPUs = deny("runs vCluster chart 0.20.0, whose syncer drops runai-gpu-group (the GPU-sharing group set by KAI) from host pods; it must be upgraded to chart 0.36.1 first")
+
+// corednsPod is the CoreDNS pod the vCluster syncer deploys inside the
+// virtual cluster, as it reaches the host: its container as vCluster's
+// template writes it (pkg/coredns/template.go in the 0.36.1 module, the
+// same in 0.20's chart: non-root as the syncer's user, or 1001 when the
+// syncer is root; only NET_BIND_SERVICE; read-only root), and the pod
+// security context gpuplane rendered into controlPlane.coredns.security,
+// which the template uses instead of none (withValues false: the chart's
+// default, no seccomp profile).
+func corednsPod(withValues bool) func(e hostileEnv, p *corev1.Pod) {
+	return func(e hostileEnv, p *corev1.Pod) {
+		uid := int64(1001)
+		if cp, _ := e.values["controlPlane"].(map[string]any); cp != nil {
+			if _, ok := cp["coredns"]; ok {
+				uid = ControlPlaneUID
+			}
+		}
+		p.Labels["k8s-app"] = "vcluster-kube-dns"
+		p.Spec.SecurityContext = nil
+		if cp, _ := e.values["controlPlane"].(map[string]any); withValues && cp != nil {
+			if sec, _ := cp["coredns"].(map[string]any); sec != nil {
+				raw, _ := json.Marshal(sec["security"].(map[string]any)["podSecurityContext"])
+				p.Spec.SecurityContext = &corev1.PodSecurityContext{}
+				if err := json.Unmarshal(raw, p.Spec.SecurityContext); err != nil {
+					panic(err)
+				}
+			}
+		}
+		p.Spec.Containers[0] = corev1.Container{
+			Name: "coredns", Image: "coredns/coredns:1.12.1", Args: []string{"-conf", "/etc/coredns/Corefile"},
+			Ports: []corev1.ContainerPort{{Name: "dns", ContainerPort: 1053, Protocol: corev1.ProtocolUDP}},
+			SecurityContext: &corev1.SecurityContext{
+				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(uid), RunAsGroup: ptr.To(uid), AllowPrivilegeEscalation: ptr.To(false),
+				Capabilities:           &corev1.Capabilities{Add: []corev1.Capability{"NET_BIND_SERVICE"}, Drop: []corev1.Capability{"ALL"}},
+				ReadOnlyRootFilesystem: ptr.To(true),
+			},
+			VolumeMounts: []corev1.VolumeMount{{Name: "config-volume", MountPath: "/etc/coredns", ReadOnly: true}},
+		}
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "config-volume", VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "coredns"}}}})
+	}
 }
 
 func TestHostileTenants(t *testing.T) {
@@ -328,36 +409,27 @@ func TestHostileTenants(t *testing.T) {
 		tShared:     testVC(h.n("hs-shared"), "team-s", dept, TierShared),
 		tDedicated:  testVC(h.n("hs-ded"), "team-d", dept, TierDedicated),
 		tRestricted: testVC(h.n("hs-restricted"), "team-r", dept, TierShared),
+		tOldChart:   oldVC(h.n("hs-old"), "team-o", dept, TierShared),
 	}
-	clients := [numTargets]*Client{h.client, h.client, nil}
 	restricted := h.client.settings
 	restricted.TierProfiles = map[string]TierProfile{TierShared: DefaultTierProfiles()[TierShared]}
 	p := restricted.TierProfiles[TierShared]
 	p.PodSecurity = PodSecurityRestricted
 	restricted.TierProfiles[TierShared] = p
-	var err error
-	if clients[tRestricted], err = New(h.config, Options{Settings: restricted}); err != nil {
+	restrictedClient, err := New(h.config, Options{Settings: restricted})
+	if err != nil {
 		t.Fatal(err)
 	}
+	clients := [numTargets]*Client{h.client, h.client, restrictedClient, h.client}
 	syncers := [numTargets]kubernetes.Interface{}
 	for i, vc := range vcs {
-		steps, err := clients[i].Apply(h.ctx, vc)
-		if target(i) == tRestricted {
-			// The vCluster 0.20 chart runs its control plane as root: under
-			// "restricted" the release installs but its pod is refused, and
-			// Apply says so. Namespace, queues, guardrails and the chart's
-			// RBAC and quota are in place, which is what the suite needs.
-			failed, _ := steps.Failed()
-			if err == nil || failed.Step != StepRelease || !strings.Contains(err.Error(), `violates PodSecurity "restricted:latest"`) {
-				t.Fatalf("apply %s under restricted: %v, want the release step to report the control plane's Pod Security violation", vc.Name, err)
-			}
-			t.Logf("restricted tier, release step: %v", failed.Err)
-		} else if err != nil {
-			t.Fatalf("apply %s: %v", vc.Name, err)
+		if _, err := clients[i].Apply(h.ctx, vc); err != nil {
+			t.Fatalf("apply %s (%s): %v", vc.Name, target(i), err)
 		}
 		h.markQuotaObserved(vc)
 		syncers[i] = h.impersonateSyncer(vc)
 	}
+	assertRestrictedControlPlane(t, h, restrictedClient, vcs[tRestricted], dept)
 	assertNoTypeWarnings(t, h, vcs[:])
 
 	type row struct {
@@ -370,8 +442,9 @@ func TestHostileTenants(t *testing.T) {
 		r := row{name: tc.name, kind: tc.kind}
 		for tg := range numTargets {
 			vc := vcs[tg]
-			e := hostileEnv{vc: vc, ownPool: vc.pool(), ownQueue: LeafQueueName(vc.Name)}
-			want := tc.want[tg]
+			e := hostileEnv{vc: vc, ownPool: vc.pool(), ownQueue: LeafQueueName(vc.Name),
+				values: RenderVClusterValues(vc, clients[tg].settings)}
+			want := tc.verdict(tg)
 			t.Run(fmt.Sprintf("%s/%s", tc.name, tg), func(t *testing.T) {
 				got, err := runHostileCase(h, syncers[tg], e, tc)
 				r.verdicts[tg] = describeVerdict(err)
@@ -402,11 +475,47 @@ func TestHostileTenants(t *testing.T) {
 	}
 	var b strings.Builder
 	b.WriteString(isolationDocHeader)
-	fmt.Fprintf(&b, "| # | case | workload | %s | %s | %s |\n|---|---|---|---|---|---|\n", tShared, tDedicated, tRestricted)
+	fmt.Fprintf(&b, "| # | case | workload | %s | %s | %s | %s |\n|---|---|---|---|---|---|---|\n", tShared, tDedicated, tRestricted, tOldChart)
 	for i, r := range report {
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s |\n", i+1, r.name, r.kind, r.verdicts[0], r.verdicts[1], r.verdicts[2])
+		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s |\n", i+1, r.name, r.kind, r.verdicts[0], r.verdicts[1], r.verdicts[2], r.verdicts[3])
 	}
 	checkGolden(t, h, isolationDoc, b.String())
+}
+
+// assertRestrictedControlPlane: under a "restricted" tier the chart-0.36.1
+// control plane installs (Apply above) because its StatefulSet's pod meets
+// the level, which the release step checked with a dry run of that very pod
+// (checkControlPlaneAdmitted) — asserted here not to have passed for want
+// of a StatefulSet. On chart 0.20, whose control plane runs as root, the
+// release step fails with Pod Security's reason instead of leaving a
+// control plane that never starts.
+func assertRestrictedControlPlane(t *testing.T, h *harness, c *Client, vc VirtualCluster, dept string) {
+	t.Helper()
+	sts, err := h.kube.AppsV1().StatefulSets(NamespaceName(vc.Name)).Get(h.ctx, ReleaseName(vc.Name), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("restricted tier, chart %s: the control plane StatefulSet: %v", vc.ChartVersion, err)
+	}
+	psc := sts.Spec.Template.Spec.SecurityContext
+	if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil {
+		t.Errorf("restricted tier: control plane pod security context %+v", psc)
+	}
+	for _, ctr := range append(sts.Spec.Template.Spec.InitContainers, sts.Spec.Template.Spec.Containers...) {
+		if sc := ctr.SecurityContext; sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != ControlPlaneUID {
+			t.Errorf("restricted tier: container %s security context %+v", ctr.Name, sc)
+		}
+	}
+	if err := c.checkControlPlaneAdmitted(h.ctx, vc); err != nil {
+		t.Errorf("restricted tier, chart %s: %v", vc.ChartVersion, err)
+	}
+
+	old := oldVC(h.n("hs-restricted-old"), "team-r", dept, TierShared)
+	steps, err := c.Apply(h.ctx, old)
+	failed, _ := steps.Failed()
+	if err == nil || failed.Step != StepRelease || !strings.Contains(err.Error(), `violates PodSecurity "restricted:latest"`) ||
+		!strings.Contains(err.Error(), "cannot run in namespace") {
+		t.Fatalf("apply %s (chart 0.20) under restricted: %v, want the release step to report the control plane's Pod Security violation", old.Name, err)
+	}
+	t.Logf("restricted tier, chart 0.20, release step: %v", failed.Err)
 }
 
 // isolationDoc is the generated case table the README links to; the suite
@@ -419,9 +528,10 @@ Generated by ` + "`TestHostileTenants`" + ` (internal/hostcluster/hostile_test.g
 kube-apiserver; regenerate with ` + "`GPUPLANE_UPDATE_GOLDEN=1 make test`" + `. Each row is
 a pod as the vCluster syncer writes it to the host (for Deployments, Jobs and
 DaemonSets: the pod their controller makes, as the syncer copies it), sent as
-the syncer's ServiceAccount. Virtual clusters: hs-shared (SHARED, Pod Security
-baseline), hs-ded (DEDICATED, pool dedicated-team-d), hs-restricted (SHARED
-with a "restricted" profile). "refused:" cells are the exact message the API
+the syncer's ServiceAccount. Virtual clusters on vCluster chart 0.36.1: hs-shared
+(SHARED, Pod Security baseline), hs-ded (DEDICATED, pool dedicated-team-d),
+hs-restricted (SHARED with a "restricted" profile); and hs-old (SHARED, chart
+0.20, created with fractional GPUs before 0.36.1 was offered). "refused:" cells are the exact message the API
 server returns (after ` + "`pods \"<name>\" is forbidden: `" + `); the syncer records it as
 an event on the tenant's pod in the virtual cluster.
 

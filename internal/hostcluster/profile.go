@@ -69,6 +69,13 @@ type TierProfile struct {
 	ForbiddenTolerationKeys []string
 }
 
+// systemPriorityClassPrefix starts the priority classes Kubernetes reserves
+// for itself (system-node-critical, system-cluster-critical). vCluster
+// 0.36 syncs them for every pod whatever sync.fromHost.priorityClasses
+// selects (docs/vcluster-verification.md), so only the host guardrail stops
+// a tenant using them: a profile may never list them.
+const systemPriorityClassPrefix = "system-"
+
 // ControlPlaneTaintKey fences control-plane nodes.
 const ControlPlaneTaintKey = "node-role.kubernetes.io/control-plane"
 
@@ -114,6 +121,10 @@ func (p TierProfile) Validate(tier string) error {
 	for _, c := range p.PriorityClasses {
 		if errs := validation.IsDNS1123Subdomain(c); len(errs) > 0 {
 			problems = append(problems, fmt.Sprintf("priority class %q: %s", c, strings.Join(errs, "; ")))
+		} else if strings.HasPrefix(c, systemPriorityClassPrefix) {
+			problems = append(problems, fmt.Sprintf("priority class %q: %s* classes are the cluster's own (system-node-critical and "+
+				"system-cluster-critical preempt anything and pass vCluster's priority class selector); no tenant may use them",
+				c, systemPriorityClassPrefix))
 		}
 	}
 	for _, v := range p.Preemptibility {

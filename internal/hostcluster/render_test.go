@@ -211,6 +211,16 @@ func TestRenderGuardrails(t *testing.T) {
 			t.Errorf("invalid profile: %v, want it to name %s", err, want)
 		}
 	}
+	// The cluster's own classes pass vCluster's selector: no profile may
+	// hand them to tenants.
+	err = Settings{TierProfiles: map[string]TierProfile{TierDedicated: {
+		PriorityClasses: []string{PriorityInference, "system-node-critical", "system-cluster-critical"},
+	}}}.ValidateProfiles()
+	for _, want := range []string{`priority class "system-node-critical"`, `priority class "system-cluster-critical"`, "no tenant may use them"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("invalid profile: %v, want it to name %s", err, want)
+		}
+	}
 	if _, err := New(&rest.Config{Host: "https://127.0.0.1:1"}, Options{Settings: bad}); err == nil {
 		t.Error("New must refuse an invalid profile")
 	}
@@ -337,7 +347,54 @@ func allChartValues(chart string) map[string]map[string]any {
 		s.Exposure = e
 		out["exposure "+e.Mode] = RenderVClusterValues(vc("f", TierShared), s)
 	}
+	out["restricted"] = RenderVClusterValues(vc("g", TierShared), restrictedSettings())
+	out["restricted, oidc"] = RenderVClusterValues(vc("h", TierDedicated), withRestricted(oidc, TierDedicated))
 	return out
+}
+
+// restrictedSettings enforce Pod Security "restricted" on SHARED.
+func restrictedSettings() Settings { return withRestricted(Settings{}, TierShared) }
+
+func withRestricted(s Settings, tier string) Settings {
+	p := DefaultTierProfiles()[tier]
+	p.PodSecurity = PodSecurityRestricted
+	s.TierProfiles = map[string]TierProfile{tier: p}
+	return s
+}
+
+// A "restricted" tier runs the chart-0.36.1 control plane and CoreDNS as
+// non-root with the restricted security contexts; chart 0.20 gets none
+// (its control plane runs as root; the release step says so), and neither
+// does a baseline tier (the chart's defaults).
+func TestRestrictedValues(t *testing.T) {
+	v := RenderVClusterValues(testVC("r", "t", "d", TierShared), restrictedSettings())
+	sec := nestedMap(t, v, "controlPlane", "statefulSet", "security")
+	pod, ctr := sec["podSecurityContext"].(map[string]any), sec["containerSecurityContext"].(map[string]any)
+	if pod["runAsNonRoot"] != true || pod["fsGroup"] != ControlPlaneUID || nestedMap(t, pod, "seccompProfile")["type"] != "RuntimeDefault" {
+		t.Errorf("control plane pod security context %v", pod)
+	}
+	if ctr["runAsUser"] != ControlPlaneUID || ctr["allowPrivilegeEscalation"] != false ||
+		!reflect.DeepEqual(nestedMap(t, ctr, "capabilities")["drop"], []any{"ALL"}) {
+		t.Errorf("syncer security context %v", ctr)
+	}
+	if init := nestedMap(t, v, "controlPlane", "distro", "k8s", "securityContext"); !reflect.DeepEqual(init, ctr) {
+		t.Errorf("init container security context %v, want the syncer's %v", init, ctr)
+	}
+	if dns := nestedMap(t, v, "controlPlane", "coredns", "security", "podSecurityContext", "seccompProfile"); dns["type"] != "RuntimeDefault" {
+		t.Errorf("CoreDNS pod seccomp %v", dns)
+	}
+	for name, other := range map[string]map[string]any{
+		"chart 0.20":    RenderVClusterValues(oldVC("r", "t", "d", TierShared), restrictedSettings()),
+		"baseline tier": RenderVClusterValues(testVC("r", "t", "d", TierDedicated), restrictedSettings()),
+	} {
+		cp := nestedMap(t, other, "controlPlane")
+		if _, ok := cp["coredns"]; ok {
+			t.Errorf("%s: coredns values %v", name, cp["coredns"])
+		}
+		if _, ok := nestedMap(t, cp, "statefulSet")["security"]; ok {
+			t.Errorf("%s: control plane security values", name)
+		}
+	}
 }
 
 func testExposures() []Exposure {

@@ -39,6 +39,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gpuplane/gpuplane/internal/names"
+	"github.com/gpuplane/gpuplane/internal/vclusterversions"
 )
 
 // Quantities are resource amounts in the platform's integer units. GPUs are
@@ -182,6 +183,37 @@ func (vc VirtualCluster) pool() string {
 		return DefaultPool
 	}
 	return vc.Pool
+}
+
+// chartDropsGPUGroup: the virtual cluster asked for fractional GPUs, but
+// the syncer of its vCluster chart rebuilds the labels of host pods on
+// every update and drops runai-gpu-group, the GPU-sharing group KAI's
+// binder sets on the host pod (chart 0.20; docs/vcluster-verification.md).
+// New virtual clusters cannot ask for that (the API refuses it); ones
+// created before chart 0.36.1 was offered get shared GPUs refused by their
+// guardrails until they are upgraded (FractionalGPUsNotice).
+func (vc VirtualCluster) chartDropsGPUGroup() bool {
+	r, ok := vclusterversions.Known(vc.ChartVersion)
+	return vc.AllowFractionalGPUs && ok && !r.HostLabelsSurvive
+}
+
+// fractionalGPUs reports whether the guardrails let vc's pods share GPUs.
+func (vc VirtualCluster) fractionalGPUs(p TierProfile) bool {
+	return p.FractionalGPUs && vc.AllowFractionalGPUs && !vc.chartDropsGPUGroup()
+}
+
+// FractionalGPUsNotice tells the owner of a virtual cluster that asked for
+// fractional GPUs on a chart that cannot keep them working why they are
+// refused and how to get them; "" when there is nothing to tell.
+func (vc VirtualCluster) FractionalGPUsNotice() string {
+	if !vc.chartDropsGPUGroup() {
+		return ""
+	}
+	to := vclusterversions.NewestKeepingHostLabels()
+	return fmt.Sprintf("shared GPUs (%s, %s) are refused on the host: the syncer of vCluster chart %s drops %s, the GPU-sharing group "+
+		"KAI's binder puts on host pods, whenever it updates a pod; upgrade to chart %s "+
+		"(a CHANGE_VIRTUAL_CLUSTER_VERSION request: gpuplanectl request upgrade %s --chart-version %s)",
+		KAIFractionAnnot, KAIGPUMemoryAnnot, vclusterversions.Normalize(vc.ChartVersion), KAIGPUGroupLabel, to, vc.Name, to)
 }
 
 // SyncerServiceAccount is the ServiceAccount the vCluster syncer of a

@@ -66,6 +66,10 @@ const (
 //     chart's defaults, except the node ports and load balancers the
 //     control plane's own Service needs (Settings.Exposure).
 //   - The control plane is exposed as Settings.Exposure says (exposureValues).
+//   - A tier enforcing Pod Security "restricted" gets non-root security
+//     contexts for every container the chart runs on the host, where the
+//     chart has them (restrictedValues); elsewhere the release step reports
+//     the control plane's violation (checkControlPlaneAdmitted).
 //   - With Settings.OIDC the virtual API server gets the --oidc-* flags (see
 //     addOIDCValues). The team's RBAC inside the virtual cluster is not part
 //     of the values: the chart hashes all values into the control plane's
@@ -116,7 +120,16 @@ func RenderVClusterValues(vc VirtualCluster, s Settings) map[string]any {
 	if len(hostManifests) > 0 {
 		experimental["deploy"] = map[string]any{"host": map[string]any{"manifests": mustManifestsYAML(hostManifests...)}}
 	}
+	var coredns map[string]any
+	if s.Profile(vc.Tier).PodSecurity == PodSecurityRestricted {
+		if r, ok := vclusterversions.Known(chartVersion); ok && r.RestrictedPodSecurity {
+			coredns = restrictedValues(statefulSet, k8s)
+		}
+	}
 
+	if coredns != nil {
+		controlPlane["coredns"] = coredns
+	}
 	values := map[string]any{
 		"controlPlane": controlPlane,
 		"experimental": experimental,
@@ -156,6 +169,44 @@ func RenderVClusterValues(vc VirtualCluster, s Settings) map[string]any {
 		}, "sync", "fromHost", "priorityClasses")
 	}
 	return values
+}
+
+// ControlPlaneUID is the user and group the vCluster control plane runs as
+// in a tier enforcing Pod Security "restricted"; vCluster's own rootless
+// e2e suite (e2e/vcluster-rootless.yaml in the 0.36.1 module) runs it as
+// the same. The synced CoreDNS pod runs as the syncer's user.
+const ControlPlaneUID = 12345
+
+// restrictedValues makes the chart's pods meet Pod Security "restricted":
+// the control plane pod (controlPlane.statefulSet.security: pod and syncer
+// container; controlPlane.distro.k8s.securityContext: the init container
+// that copies the Kubernetes binaries) runs as ControlPlaneUID with no
+// privilege escalation, every capability dropped and the RuntimeDefault
+// seccomp profile, its data volume group-owned (fsGroup). It returns the
+// controlPlane.coredns values: the CoreDNS pod the syncer deploys is
+// non-root with only NET_BIND_SERVICE by the chart's own template, which
+// sets a seccomp profile only when given a pod security context.
+func restrictedValues(statefulSet, k8s map[string]any) (coredns map[string]any) {
+	seccomp := map[string]any{"type": "RuntimeDefault"}
+	container := func() map[string]any {
+		return map[string]any{
+			"allowPrivilegeEscalation": false,
+			"runAsNonRoot":             true,
+			"runAsUser":                ControlPlaneUID,
+			"runAsGroup":               ControlPlaneUID,
+			"capabilities":             map[string]any{"drop": []any{"ALL"}},
+			"seccompProfile":           seccomp,
+		}
+	}
+	statefulSet["security"] = map[string]any{
+		"podSecurityContext": map[string]any{
+			"runAsNonRoot": true, "runAsUser": ControlPlaneUID, "runAsGroup": ControlPlaneUID,
+			"fsGroup": ControlPlaneUID, "seccompProfile": seccomp,
+		},
+		"containerSecurityContext": container(),
+	}
+	k8s["securityContext"] = container()
+	return map[string]any{"security": map[string]any{"podSecurityContext": map[string]any{"seccompProfile": seccomp}}}
 }
 
 // setNested sets values[path...] = v, creating the maps on the way and

@@ -34,6 +34,11 @@ const (
 	// CondTenantAccess: the team's RBAC inside the virtual cluster follows
 	// the member list (true where no OIDC makes it moot).
 	CondTenantAccess = "TenantAccessReady"
+	// CondFractionalGPUs, on virtual clusters created with fractional GPUs:
+	// false while their vCluster chart cannot keep shared GPUs working, so
+	// the guardrails refuse them (hostcluster.FractionalGPUsNotice says how
+	// to get them back). Advisory: it does not hold READY back.
+	CondFractionalGPUs = "FractionalGPUsAvailable"
 )
 
 func (w *Worker) step(name string) {
@@ -123,11 +128,11 @@ func (w *Worker) reconcile(ctx context.Context, cp *claim) error {
 	if err != nil {
 		return err
 	}
-	conds := conditions(d.vc.Conditions, obs, d.vc.Generation)
+	conds := conditions(d.vc.Conditions, obs, d.host, d.vc.Generation)
 	phase := vcs.PhaseProvisioning
 	msg := "waiting for: " + strings.Join(notReady(conds), ", ")
 	if obs.Ready() {
-		phase, msg = vcs.PhaseReady, ""
+		phase, msg = vcs.PhaseReady, d.host.FractionalGPUsNotice()
 	} else if d.vc.Phase != vcs.PhaseProvisioning && d.vc.ObservedGeneration == d.vc.Generation {
 		phase = vcs.PhaseDegraded
 		msg = "degraded: " + strings.Join(notReady(conds), ", ") + " not ready"
@@ -326,14 +331,14 @@ func setCondition(prev []vcs.Condition, typ string, ok bool, reason, message str
 	return c
 }
 
-func conditions(prev []vcs.Condition, o hostcluster.Observed, gen int64) []vcs.Condition {
+func conditions(prev []vcs.Condition, o hostcluster.Observed, vc hostcluster.VirtualCluster, gen int64) []vcs.Condition {
 	why := func(ok bool, yes, no string) string {
 		if ok {
 			return yes
 		}
 		return no
 	}
-	return []vcs.Condition{
+	out := []vcs.Condition{
 		setCondition(prev, CondNamespace, o.NamespaceExists, why(o.NamespaceExists, "Exists", "Missing"), "", gen),
 		setCondition(prev, CondQueues, o.QueuesInSync(), why(o.QueuesInSync(), "InSync", "Drifted"), "", gen),
 		setCondition(prev, CondGuardrails, o.GuardrailsPresent, why(o.GuardrailsPresent, "Present", "Missing"), strings.Join(o.GuardrailWarnings, "; "), gen),
@@ -344,7 +349,15 @@ func conditions(prev []vcs.Condition, o hostcluster.Observed, gen int64) []vcs.C
 		setCondition(prev, CondEndpoint, o.Endpoint != "", why(o.Endpoint != "", "Known", "Waiting"), o.Endpoint, gen),
 		setCondition(prev, CondTenantAccess, o.TenantAccessInSync(), tenantAccessReason(o.TenantAccess), o.TenantAccess.Detail, gen),
 	}
+	if vc.AllowFractionalGPUs {
+		notice := vc.FractionalGPUsNotice()
+		out = append(out, setCondition(prev, CondFractionalGPUs, notice == "", why(notice == "", "Available", "ChartDropsGPUGroup"), notice, gen))
+	}
+	return out
 }
+
+// advisory conditions inform the owner without holding READY back.
+var advisory = map[string]bool{CondFractionalGPUs: true}
 
 func tenantAccessReason(t hostcluster.TenantAccessState) string {
 	switch {
@@ -392,7 +405,7 @@ func conditionsFromSteps(prev []vcs.Condition, steps hostcluster.Steps, gen int6
 func notReady(conds []vcs.Condition) []string {
 	var out []string
 	for _, c := range conds {
-		if !c.IsTrue() {
+		if !c.IsTrue() && !advisory[c.Type] {
 			out = append(out, c.Type)
 		}
 	}

@@ -60,3 +60,65 @@ func TestChartUpgradeThroughTheWorker(t *testing.T) {
 	h.wantRequest(t, req.GetName(), pb.Request_APPLIED)
 	h.assertPresent(t, id, "team-a")
 }
+
+// TestOldChartFractionalGPUsRefusedUntilUpgrade: a virtual cluster created
+// on chart 0.20 with allow_fractional_gpus (possible before 0.36.1 was
+// offered; the API refuses it now) is rendered with shared GPUs refused by
+// its guardrails, since that chart's syncer drops runai-gpu-group from host
+// pods; it still becomes READY, and its owner reads why and what to do in
+// condition FractionalGPUsAvailable and the status message. Upgraded to
+// 0.36.1, shared GPUs are allowed again and the condition turns true.
+func TestOldChartFractionalGPUsRefusedUntilUpgrade(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	w := h.worker(nil, workerConfig("frac-old"))
+	const id = "frac-old"
+	spec := vcSpec("1", 2000, 8*gi)
+	spec.ChartVersion = "0.20.0"
+	h.createVC(t, "team-a", id, spec)
+	// As a row written before chart 0.20 lost fractional GPUs.
+	if _, err := h.pool.Exec(h.ctx, `UPDATE virtual_clusters SET allow_fractional_gpus = true WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	sharedGPURule := func() string {
+		t.Helper()
+		vap, err := h.kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(h.ctx, hostcluster.PolicyName(id), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vap.Spec.Validations {
+			if strings.Contains(v.MessageExpression, "shared-GPU annotations") {
+				return v.MessageExpression
+			}
+		}
+		return ""
+	}
+	h.runOnce(t, w)
+	h.waitVC(t, id, 30*time.Second, "applied", applied)
+	if rule := sharedGPURule(); !strings.Contains(rule, "runs vCluster chart 0.20.0, whose syncer drops runai-gpu-group") {
+		t.Errorf("chart 0.20 with fractional GPUs: shared-GPU rule %q, want the chart's refusal", rule)
+	}
+	h.markReady(t, id)
+	stop := h.start(t, w)
+	v := h.waitVC(t, id, 30*time.Second, "READY", readyAt)
+	stop()
+	c := condition(v, reconcile.CondFractionalGPUs)
+	if c.GetStatus() != pb.Condition_FALSE || c.GetReason() != "ChartDropsGPUGroup" ||
+		!strings.Contains(c.GetMessage(), "upgrade to chart 0.36.1") {
+		t.Errorf("condition %s: %v", reconcile.CondFractionalGPUs, c)
+	}
+	if msg := v.GetStatus().GetMessage(); msg != c.GetMessage() {
+		t.Errorf("READY status message %q, want the notice %q", msg, c.GetMessage())
+	}
+
+	h.submit(t, "team-a", &pb.Request{Payload: &pb.Request_ChangeVirtualClusterVersion{
+		ChangeVirtualClusterVersion: &pb.ChangeVirtualClusterVersionPayload{
+			VirtualCluster: "teams/team-a/virtualClusters/" + id, ChartVersion: "0.36.1"}}})
+	h.runOnce(t, w)
+	v = h.waitVC(t, id, 60*time.Second, "applied", applied)
+	if rule := sharedGPURule(); rule != "" {
+		t.Errorf("after the upgrade shared GPUs are still refused: %q", rule)
+	}
+	if c := condition(v, reconcile.CondFractionalGPUs); c.GetStatus() != pb.Condition_TRUE || c.GetReason() != "Available" {
+		t.Errorf("after the upgrade, condition %s: %v", reconcile.CondFractionalGPUs, c)
+	}
+}

@@ -33,6 +33,18 @@ type Release struct {
 	// binder labels fractional-GPU pods on the host with runai-gpu-group and
 	// reads it back, so fractional GPUs need this (docs/vcluster-verification.md).
 	HostLabelsSurvive bool
+	// RestrictedPodSecurity: with the securityContext values gpuplane
+	// renders for a tier enforcing Pod Security "restricted" (non-root UID,
+	// no privilege escalation, all capabilities dropped, RuntimeDefault
+	// seccomp), the chart's control plane pod and the CoreDNS pod its
+	// syncer writes to the host meet "restricted". 0.36.1 has the values
+	// for every container (controlPlane.statefulSet.security,
+	// controlPlane.distro.k8s.securityContext for the init container,
+	// controlPlane.coredns.security) and runs non-root in vCluster's own
+	// rootless e2e suite (e2e/vcluster-rootless.yaml); 0.20 runs its control
+	// plane as root and has no CoreDNS pod security values
+	// (docs/isolation.md, "Pod Security restricted").
+	RestrictedPodSecurity bool
 }
 
 // releases are the chart versions gpuplane knows, newest first. The
@@ -41,9 +53,10 @@ type Release struct {
 // config.K8SVersionMap (config/default_extra_values.go).
 var releases = []Release{
 	{
-		Chart:             "0.36.1",
-		Kubernetes:        []string{"v1.36.0", "v1.35.0", "v1.34.0", "v1.33.4", "v1.32.1", "v1.31.1", "v1.30.2"},
-		HostLabelsSurvive: true,
+		Chart:                 "0.36.1",
+		Kubernetes:            []string{"v1.36.0", "v1.35.0", "v1.34.0", "v1.33.4", "v1.32.1", "v1.31.1", "v1.30.2"},
+		HostLabelsSurvive:     true,
+		RestrictedPodSecurity: true,
 	},
 	{
 		Chart:      "0.20.0",
@@ -70,6 +83,18 @@ func KnownCharts() []string {
 		out[i] = r.Chart
 	}
 	return out
+}
+
+// NewestKeepingHostLabels is the newest chart version whose syncer keeps
+// the labels other controllers put on host pods (HostLabelsSurvive): the
+// one to upgrade to for fractional GPUs.
+func NewestKeepingHostLabels() string {
+	for _, r := range releases {
+		if r.HostLabelsSurvive {
+			return r.Chart
+		}
+	}
+	return ""
 }
 
 // Normalize drops a leading "v" and surrounding space from a chart version.

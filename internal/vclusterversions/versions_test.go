@@ -116,3 +116,17 @@ func TestCompare(t *testing.T) {
 		}
 	}
 }
+
+// Fractional GPUs on an old chart point at the newest chart that keeps
+// host labels; only that chart renders "restricted" security contexts.
+func TestChartCapabilities(t *testing.T) {
+	if got := NewestKeepingHostLabels(); got != "0.36.1" {
+		t.Errorf("NewestKeepingHostLabels = %q", got)
+	}
+	for chart, want := range map[string]bool{"0.36.1": true, "0.20.0": false} {
+		r, ok := Known(chart)
+		if !ok || r.RestrictedPodSecurity != want || r.HostLabelsSurvive != want {
+			t.Errorf("chart %s: %+v", chart, r)
+		}
+	}
+}
