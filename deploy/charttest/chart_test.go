@@ -247,6 +247,10 @@ func TestRenderFull(t *testing.T) {
 		"GPUPLANE_VCLUSTER_INGRESS_CLASS": "nginx",
 		"GPUPLANE_VCLUSTER_EXPOSURE_ANNOTATIONS": "nginx.ingress.kubernetes.io/backend-protocol=HTTPS," +
 			"nginx.ingress.kubernetes.io/ssl-passthrough=true",
+		"GPUPLANE_SHARED_POD_SECURITY": "restricted", "GPUPLANE_SHARED_PRIORITY_CLASSES": "train",
+		"GPUPLANE_SHARED_PREEMPTIBILITY": "preemptible", "GPUPLANE_DEDICATED_POD_SECURITY": "baseline",
+		"GPUPLANE_DEDICATED_PRIORITY_CLASSES": "train,inference", "GPUPLANE_DEDICATED_PREEMPTIBILITY": "preemptible,non-preemptible",
+		"GPUPLANE_KAI_NODE_POOL_LABEL": "kai.scheduler/node-pool",
 	} {
 		if got, _, _ := unstructured.NestedString(cm.Object, "data", k); got != want {
 			t.Errorf("config %s = %q, want %q", k, got, want)
@@ -322,6 +326,14 @@ func TestSchema(t *testing.T) {
 		{"bad path type", `ingress: {hosts: [{host: a, paths: [{path: /, pathType: Regex}]}]}`, "pathType"},
 		{"concurrency zero", `worker: {concurrency: 0}`, "/worker/concurrency"},
 		{"serviceMonitor typo", `serviceMonitor: {enable: true}`, "enable"},
+		{"privileged tier", `config: {tiers: {shared: {podSecurity: privileged}}}`, "/config/tiers/shared/podSecurity"},
+		{"system priority class for tenants", `config: {tiers: {dedicated: {priorityClasses: [inference, system-node-critical]}}}`,
+			"/config/tiers/dedicated/priorityClasses/1"},
+		{"made-up preemptibility", `config: {tiers: {shared: {preemptibility: [never]}}}`, "/config/tiers/shared/preemptibility/0"},
+		{"unknown tier", `config: {tiers: {sandbox: {podSecurity: baseline}}}`, "sandbox"},
+		{"bad KAI node-pool label", `config: {kaiNodePoolLabel: "kai scheduler"}`, "/config/kaiNodePoolLabel"},
+		{"bad exposure mode", `config: {vcluster: {exposure: {mode: Route}}}`, "/config/vcluster/exposure/mode"},
+		{"exposure host with a scheme", `config: {vcluster: {exposure: {host: "https://vc.example.com"}}}`, "/config/vcluster/exposure/host"},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
@@ -537,6 +549,30 @@ func TestWiring(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The chart's defaults are gpuplane's: an install without values runs the
+// tier profiles, exposure and versions the README documents (the
+// ConfigMap passes them explicitly, so a drift would change behaviour).
+func TestDefaultsMatchTheServer(t *testing.T) {
+	cm := render(t, Options{}).Find("ConfigMap", "gpuplane")
+	d := app.Defaults()
+	for k, want := range map[string]string{
+		"GPUPLANE_SHARED_POD_SECURITY": d.SharedPodSecurity, "GPUPLANE_SHARED_PRIORITY_CLASSES": d.SharedPriorityClasses,
+		"GPUPLANE_SHARED_PREEMPTIBILITY": d.SharedPreemptibility, "GPUPLANE_DEDICATED_POD_SECURITY": d.DedicatedPodSecurity,
+		"GPUPLANE_DEDICATED_PRIORITY_CLASSES": d.DedicatedPriorityClasses, "GPUPLANE_DEDICATED_PREEMPTIBILITY": d.DedicatedPreemptibility,
+		"GPUPLANE_VCLUSTER_EXPOSURE": d.Exposure, "GPUPLANE_VCLUSTER_CHART_VERSIONS": d.VClusterChartVersions,
+		"GPUPLANE_DEFAULT_CHART_VERSION": d.DefaultChartVersion, "GPUPLANE_TENANT_INGRESS_NAMESPACES": d.TenantIngressNS,
+	} {
+		if got, _, _ := unstructured.NestedString(cm.Object, "data", k); got != want {
+			t.Errorf("chart default %s = %q, gpuplane's default %q", k, got, want)
+		}
+	}
+	for _, k := range []string{"GPUPLANE_KAI_NODE_POOL_LABEL", "GPUPLANE_VCLUSTER_EXPOSURE_HOST", "GPUPLANE_VCLUSTER_INGRESS_CLASS"} {
+		if v, found, _ := unstructured.NestedString(cm.Object, "data", k); found {
+			t.Errorf("chart default sets %s=%q; gpuplane's default is unset", k, v)
+		}
 	}
 }
 
