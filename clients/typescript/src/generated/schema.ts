@@ -486,6 +486,29 @@ export interface components {
             /** @description teams/{team}/virtualClusters/{vc} */
             virtualCluster?: string;
         };
+        /**
+         * @description Existing virtual clusters keep their vCluster chart and Kubernetes
+         *     version; this request moves one forward. Approved, it is applied like a
+         *     quota change: the worker upgrades the Helm release (the control plane
+         *     restarts once) and marks the request APPLIED when the host reflects it.
+         */
+        "gpuplane.v1.ChangeVirtualClusterVersionPayload": {
+            /**
+             * @description A chart version the platform offers, not older than the current one
+             *     (vCluster does not support downgrades). Empty keeps the current chart.
+             *     Stored resolved.
+             */
+            chartVersion?: string;
+            /**
+             * @description "1.N" or an exact version the chart offers, at most one minor version
+             *     above the current one (Kubernetes upgrades one minor at a time, never
+             *     down). Empty keeps the current version when the chart runs it, else the
+             *     lowest the chart offers above it. Stored resolved.
+             */
+            kubernetesVersion?: string;
+            /** @description teams/{team}/virtualClusters/{vc} */
+            virtualCluster?: string;
+        };
         "gpuplane.v1.Condition": {
             /** Format: date-time */
             lastTransitionTime?: string;
@@ -611,6 +634,7 @@ export interface components {
             approvalPolicy?: string;
             changeTeamQuota?: components["schemas"]["gpuplane.v1.ChangeTeamQuotaPayload"];
             changeVirtualClusterQuota?: components["schemas"]["gpuplane.v1.ChangeVirtualClusterQuotaPayload"];
+            changeVirtualClusterVersion?: components["schemas"]["gpuplane.v1.ChangeVirtualClusterVersionPayload"];
             /** Format: date-time */
             createTime?: string;
             createVirtualCluster?: components["schemas"]["gpuplane.v1.CreateVirtualClusterPayload"];
@@ -644,9 +668,11 @@ export interface components {
             changeTeamQuota: components["schemas"]["gpuplane.v1.ChangeTeamQuotaPayload"];
         } | {
             deleteVirtualCluster: components["schemas"]["gpuplane.v1.DeleteVirtualClusterPayload"];
+        } | {
+            changeVirtualClusterVersion: components["schemas"]["gpuplane.v1.ChangeVirtualClusterVersionPayload"];
         });
         /** @enum {string} */
-        "gpuplane.v1.Request.Kind": "KIND_UNSPECIFIED" | "CREATE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_QUOTA" | "CHANGE_TEAM_QUOTA" | "DELETE_VIRTUAL_CLUSTER";
+        "gpuplane.v1.Request.Kind": "KIND_UNSPECIFIED" | "CREATE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_QUOTA" | "CHANGE_TEAM_QUOTA" | "DELETE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_VERSION";
         /** @enum {string} */
         "gpuplane.v1.Request.State": "STATE_UNSPECIFIED" | "PENDING" | "APPROVED" | "REJECTED" | "CANCELLED" | "APPLIED" | "FAILED";
         "gpuplane.v1.Shortfall": {
@@ -676,6 +702,16 @@ export interface components {
             isolationTier?: components["schemas"]["gpuplane.v1.IsolationTier"];
             /** @description teams/{team}; the id is a DNS-1123 label, unique platform-wide. */
             name?: string;
+            /**
+             * @description The node pool the team's virtual clusters run on: nodes labelled
+             *     gpuplane.io/pool=<node_pool>. SHARED teams share the pool "shared"
+             *     (nodes without the label belong to it too). A DEDICATED team has a pool
+             *     of its own, fenced by the taint gpuplane.io/pool=<node_pool>:NoSchedule,
+             *     "dedicated-<team>" unless a platform admin names another; no two
+             *     DEDICATED teams share one. The team's quota must fit the pool's nodes.
+             *     Empty on create or update: the default for the tier.
+             */
+            nodePool?: string;
             /**
              * @description Guaranteed resources of the team; the sum of its virtual clusters'
              *     quotas never exceeds it.

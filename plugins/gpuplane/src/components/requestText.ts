@@ -17,6 +17,10 @@ export function describeRequest(r: GpuplaneRequest): string {
   if (r.deleteVirtualCluster) {
     return `delete ${r.deleteVirtualCluster.virtualCluster ?? ''}`;
   }
+  if (r.changeVirtualClusterVersion) {
+    const c = r.changeVirtualClusterVersion;
+    return `upgrade ${c.virtualCluster ?? ''} to vCluster ${c.chartVersion ?? ''}, Kubernetes ${c.kubernetesVersion ?? ''}`;
+  }
   return r.kind ?? 'request';
 }
 
