@@ -43,7 +43,7 @@ type FakeNode struct {
 	Mem  string
 }
 
-// DemoNodes: two nodes with 8 GPUs each in the shared pool, and for every
+// DemoNodes are the dev cluster's fake nodes: two with 8 GPUs each in the shared pool, and for every
 // DEDICATED demo team one node with 8 GPUs in the team's own pool
 // (dedicated-team-b), labelled and tainted as the platform expects.
 var DemoNodes = demoNodes()

@@ -82,7 +82,7 @@ func keyFailure(ctx context.Context, e error) error {
 
 // VerifySignature implements oidc.KeySet.
 func (ks *keySet) VerifySignature(ctx context.Context, jwt string) ([]byte, error) {
-	jws, err := jose.ParseSigned(jwt, ks.algs)
+	jws, err := jose.ParseSignedCompact(jwt, ks.algs)
 	if err != nil {
 		return nil, keyFailure(ctx, unauthenticated(err, "malformed token"))
 	}
@@ -104,7 +104,7 @@ func (ks *keySet) VerifySignature(ctx context.Context, jwt string) ([]byte, erro
 
 	// The token names a key we do not have (or names none and no cached
 	// key fits): the issuer may have rotated. Ask it, within the limit.
-	keys, fetchErr, nextFetch := ks.refresh(ctx)
+	keys, nextFetch, fetchErr := ks.refresh(ctx)
 	if err := ctx.Err(); err != nil {
 		return nil, keyFailure(ctx, err)
 	}
@@ -160,14 +160,14 @@ func (ks *keySet) cached() ([]jose.JSONWebKey, bool) {
 // refetchInterval ago, in which case it answers from that attempt; a fetch
 // in flight is joined rather than repeated. It returns the keys, the error
 // of the attempt the answer is based on, and when the next fetch may start.
-func (ks *keySet) refresh(ctx context.Context) (keys []jose.JSONWebKey, fetchErr error, nextFetch time.Time) {
+func (ks *keySet) refresh(ctx context.Context) (keys []jose.JSONWebKey, nextFetch time.Time, fetchErr error) {
 	ks.mu.Lock()
 	f := ks.inflight
 	if f == nil {
 		if next := ks.attemptedAt.Add(ks.refetchInterval); !ks.attemptedAt.IsZero() && ks.now().Before(next) {
 			keys, fetchErr = ks.keys, ks.lastErr
 			ks.mu.Unlock()
-			return keys, fetchErr, next
+			return keys, next, fetchErr
 		}
 		f = ks.startFetchLocked()
 	}
@@ -175,12 +175,12 @@ func (ks *keySet) refresh(ctx context.Context) (keys []jose.JSONWebKey, fetchErr
 
 	select {
 	case <-ctx.Done():
-		return nil, ctx.Err(), time.Now()
+		return nil, time.Now(), ctx.Err()
 	case <-f.done:
 	}
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	return ks.keys, ks.lastErr, ks.attemptedAt.Add(ks.refetchInterval)
+	return ks.keys, ks.attemptedAt.Add(ks.refetchInterval), ks.lastErr
 }
 
 // refreshInBackground starts a fetch if none is running and the interval

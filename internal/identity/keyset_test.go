@@ -255,7 +255,7 @@ func TestIdentityProviderOutage(t *testing.T) {
 	t.Logf("unknown key id during the outage: %q (retry after %v)", e.PublicMessage(), e.RetryAfter)
 	// Within the interval no new attempt is made, and the answer stays
 	// "unavailable": the last attempt failed.
-	wantUnavailable(t, v, unknownKid(t, bobsToken, "rotated-2"))
+	_ = wantUnavailable(t, v, unknownKid(t, bobsToken, "rotated-2"))
 	wantRejected(t, v, tamperedPayload(t, bobsToken), "invalid token signature")
 
 	// The provider comes back with a new signing key.
@@ -295,7 +295,7 @@ func TestJWKSEndpointFailing(t *testing.T) {
 		t.Fatalf("cached key while the JWKS endpoint fails: %v", err)
 	}
 	before := gate.fetches.Load()
-	wantUnavailable(t, v, unknownKid(t, tok, "k2"))
+	_ = wantUnavailable(t, v, unknownKid(t, tok, "k2"))
 	if gate.fetches.Load() != before+1 {
 		t.Errorf("JWKS fetches %d -> %d, want one attempt", before, gate.fetches.Load())
 	}

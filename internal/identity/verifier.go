@@ -143,7 +143,7 @@ func NewVerifier(ctx context.Context, cfg VerifierConfig) (*Verifier, error) {
 	// Fetch the keys now, so that the first tokens need no round trip and
 	// verify even if the issuer goes away right after start. A failure is
 	// not fatal: the first token naming a key fetches again.
-	keys.refresh(ctx)
+	_, _, _ = keys.refresh(ctx)
 	return &Verifier{
 		usernameClaim: cfg.UsernameClaim,
 		groupsClaim:   cfg.GroupsClaim,

@@ -129,6 +129,7 @@ func (r Release) ResolveKubernetes(requested string) (string, error) {
 			}
 		}
 	}
+	//nolint:staticcheck // ST1005: "Kubernetes" is a proper noun; the message is a field violation shown as is.
 	return "", fmt.Errorf("Kubernetes %q is not offered with vCluster chart %s; offered: %s (or just the minor, e.g. %q)",
 		requested, r.Chart, strings.Join(r.Kubernetes, ", "), strings.TrimPrefix(majorMinor(r.Kubernetes[0]), "v"))
 }

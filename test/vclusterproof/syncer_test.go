@@ -13,13 +13,12 @@ package vclusterproof
 
 import (
 	"context"
-
-	"github.com/go-logr/logr"
 	"maps"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

@@ -97,7 +97,7 @@ func TestChildrenDieWithOwner(t *testing.T) {
 	if err := owner.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer owner.Process.Kill()
+	defer func() { _ = owner.Process.Kill() }()
 	sc := bufio.NewScanner(out)
 	var pids []int
 	for sc.Scan() && sc.Text() != "ready" {
@@ -157,14 +157,14 @@ func startSleep(t *testing.T) (*exec.Cmd, string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	return cmd, sleep
 }
 
 // exited waits (bounded) for cmd to end and reports whether it did.
 func exited(cmd *exec.Cmd, within time.Duration) bool {
 	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
+	go func() { _ = cmd.Wait(); close(done) }()
 	select {
 	case <-done:
 		return true
@@ -201,7 +201,7 @@ func TestCutKillsNowAndEscalates(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 	line, err := lifeline.Start(lifeline.Options{Grace: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
