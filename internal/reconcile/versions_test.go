@@ -21,11 +21,7 @@ func TestChartUpgradeThroughTheWorker(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	w := h.worker(nil, workerConfig("upgrade"))
 	const id = "legacy"
-	spec := vcSpec("1", 2000, 8*gi)
-	spec.ChartVersion = "0.20.0"
-	h.createVC(t, "team-a", id, spec)
-	h.runOnce(t, w)
-	h.waitVC(t, id, 30*time.Second, "applied", applied)
+	h.applyOnOldChart(t, w, id, nil)
 	ns := hostcluster.NamespaceName(id)
 	image := func() string {
 		t.Helper()
@@ -38,16 +34,9 @@ func TestChartUpgradeThroughTheWorker(t *testing.T) {
 	if got := image(); got != "ghcr.io/loft-sh/vcluster-oss:0.20.0" {
 		t.Errorf("control plane image %s on chart 0.20", got)
 	}
-	h.markReady(t, id)
-	stop := h.start(t, w)
-	h.waitVC(t, id, 30*time.Second, "READY", readyAt)
-	stop()
+	h.readyAfter(t, w, id)
 
-	req := h.submit(t, "team-a", &pb.Request{Payload: &pb.Request_ChangeVirtualClusterVersion{
-		ChangeVirtualClusterVersion: &pb.ChangeVirtualClusterVersionPayload{
-			VirtualCluster: "teams/team-a/virtualClusters/" + id, ChartVersion: "0.36.1"}}})
-	h.runOnce(t, w)
-	v := h.waitVC(t, id, 60*time.Second, "applied", applied)
+	req, v := h.upgradeTo0361(t, w, id)
 	if s := v.GetSpec(); s.GetChartVersion() != "0.36.1" || s.GetKubernetesVersion() != "v1.30.2" {
 		t.Errorf("spec after the upgrade: chart %s, Kubernetes %s", s.GetChartVersion(), s.GetKubernetesVersion())
 	}
@@ -72,13 +61,6 @@ func TestOldChartFractionalGPUsRefusedUntilUpgrade(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	w := h.worker(nil, workerConfig("frac-old"))
 	const id = "frac-old"
-	spec := vcSpec("1", 2000, 8*gi)
-	spec.ChartVersion = "0.20.0"
-	h.createVC(t, "team-a", id, spec)
-	// As a row written before chart 0.20 lost fractional GPUs.
-	if _, err := h.pool.Exec(h.ctx, `UPDATE virtual_clusters SET allow_fractional_gpus = true WHERE id = $1`, id); err != nil {
-		t.Fatal(err)
-	}
 	sharedGPURule := func() string {
 		t.Helper()
 		vap, err := h.kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(h.ctx, hostcluster.PolicyName(id), metav1.GetOptions{})
@@ -92,15 +74,16 @@ func TestOldChartFractionalGPUsRefusedUntilUpgrade(t *testing.T) {
 		}
 		return ""
 	}
-	h.runOnce(t, w)
-	h.waitVC(t, id, 30*time.Second, "applied", applied)
+	h.applyOnOldChart(t, w, id, func() {
+		// As a row written before chart 0.20 lost fractional GPUs.
+		if _, err := h.pool.Exec(h.ctx, `UPDATE virtual_clusters SET allow_fractional_gpus = true WHERE id = $1`, id); err != nil {
+			t.Fatal(err)
+		}
+	})
 	if rule := sharedGPURule(); !strings.Contains(rule, "runs vCluster chart 0.20.0, whose syncer drops runai-gpu-group") {
 		t.Errorf("chart 0.20 with fractional GPUs: shared-GPU rule %q, want the chart's refusal", rule)
 	}
-	h.markReady(t, id)
-	stop := h.start(t, w)
-	v := h.waitVC(t, id, 30*time.Second, "READY", readyAt)
-	stop()
+	v := h.readyAfter(t, w, id)
 	c := condition(v, reconcile.CondFractionalGPUs)
 	if c.GetStatus() != pb.Condition_FALSE || c.GetReason() != "ChartDropsGPUGroup" ||
 		!strings.Contains(c.GetMessage(), "upgrade to chart 0.36.1") {
@@ -110,15 +93,46 @@ func TestOldChartFractionalGPUsRefusedUntilUpgrade(t *testing.T) {
 		t.Errorf("READY status message %q, want the notice %q", msg, c.GetMessage())
 	}
 
-	h.submit(t, "team-a", &pb.Request{Payload: &pb.Request_ChangeVirtualClusterVersion{
-		ChangeVirtualClusterVersion: &pb.ChangeVirtualClusterVersionPayload{
-			VirtualCluster: "teams/team-a/virtualClusters/" + id, ChartVersion: "0.36.1"}}})
-	h.runOnce(t, w)
-	v = h.waitVC(t, id, 60*time.Second, "applied", applied)
+	_, v = h.upgradeTo0361(t, w, id)
 	if rule := sharedGPURule(); rule != "" {
 		t.Errorf("after the upgrade shared GPUs are still refused: %q", rule)
 	}
 	if c := condition(v, reconcile.CondFractionalGPUs); c.GetStatus() != pb.Condition_TRUE || c.GetReason() != "Available" {
 		t.Errorf("after the upgrade, condition %s: %v", reconcile.CondFractionalGPUs, c)
 	}
+}
+
+// applyOnOldChart creates virtual cluster id of team-a on chart 0.20 (as
+// every one was before 0.36.1), lets prepare change its row, and applies it
+// with w.
+func (h *harness) applyOnOldChart(t *testing.T, w *reconcile.Worker, id string, prepare func()) {
+	t.Helper()
+	spec := vcSpec("1", 2000, 8*gi)
+	spec.ChartVersion = "0.20.0"
+	h.createVC(t, "team-a", id, spec)
+	if prepare != nil {
+		prepare()
+	}
+	h.runOnce(t, w)
+	h.waitVC(t, id, 30*time.Second, "applied", applied)
+}
+
+// readyAfter marks the control plane of id ready and lets w see it READY.
+func (h *harness) readyAfter(t *testing.T, w *reconcile.Worker, id string) *pb.VirtualCluster {
+	t.Helper()
+	h.markReady(t, id)
+	stop := h.start(t, w)
+	defer stop()
+	return h.waitVC(t, id, 30*time.Second, "READY", readyAt)
+}
+
+// upgradeTo0361 asks for chart 0.36.1 for team-a's id (approved) and
+// applies it with w.
+func (h *harness) upgradeTo0361(t *testing.T, w *reconcile.Worker, id string) (*pb.Request, *pb.VirtualCluster) {
+	t.Helper()
+	req := h.submit(t, "team-a", &pb.Request{Payload: &pb.Request_ChangeVirtualClusterVersion{
+		ChangeVirtualClusterVersion: &pb.ChangeVirtualClusterVersionPayload{
+			VirtualCluster: "teams/team-a/virtualClusters/" + id, ChartVersion: "0.36.1"}}})
+	h.runOnce(t, w)
+	return req, h.waitVC(t, id, 60*time.Second, "applied", applied)
 }
