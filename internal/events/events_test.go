@@ -32,6 +32,20 @@ func newFeed(t *testing.T) feed {
 	return feed{db: store.New(storetest.Pool(t), store.WithCommitSignal(commits)), commits: commits, waker: events.NewWaker()}
 }
 
+// startHub runs a hub until the test ends and waits until it is ready.
+func startHub(t *testing.T, f feed, cfg events.HubConfig) *events.Hub {
+	t.Helper()
+	hub := events.NewHub(f.db, f.waker, nil, cfg)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { hub.Run(ctx); close(done) }()
+	t.Cleanup(func() { stop(); <-done })
+	if err := hub.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return hub
+}
+
 func (f feed) sequencer(cfg events.SequencerConfig) *events.Sequencer {
 	return events.NewSequencer(f.db, f.commits, f.waker, nil, cfg)
 }
@@ -60,13 +74,7 @@ func TestSlowTransactionIsNotSkipped(t *testing.T) {
 	ctx := context.Background()
 	f := newFeed(t)
 	seq := f.sequencer(events.SequencerConfig{})
-	hub, err := events.NewHub(ctx, f.db, f.waker, nil, events.HubConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hubCtx, stopHub := context.WithCancel(ctx)
-	defer stopHub()
-	go hub.Run(hubCtx)
+	hub := startHub(t, f, events.HubConfig{})
 
 	written, release, t1Done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	go func() {
@@ -168,11 +176,7 @@ func TestConcurrentWritersNeverSkipped(t *testing.T) {
 	for range 2 {
 		go f.sequencer(events.SequencerConfig{Poll: 20 * time.Millisecond, Batch: 7}).Run(runCtx)
 	}
-	hub, err := events.NewHub(ctx, f.db, f.waker, nil, events.HubConfig{Keep: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go hub.Run(runCtx)
+	hub := startHub(t, f, events.HubConfig{Keep: 16})
 
 	const writers, txPerWriter = 8, 30
 	var mu sync.Mutex
@@ -307,10 +311,7 @@ func TestRetentionExpiresOldPositions(t *testing.T) {
 	if _, err := events.CheckResume(ctx, f.db, 99); errs.KindOf(err) != errs.KindOutOfRange {
 		t.Fatalf("resume from the future: %v", err)
 	}
-	hub, err := events.NewHub(ctx, f.db, f.waker, nil, events.HubConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hub := startHub(t, f, events.HubConfig{})
 	if _, err := hub.Since(ctx, 1, 10); errs.KindOf(err) != errs.KindOutOfRange {
 		t.Fatalf("reading from a pruned position: %v", err)
 	}
@@ -347,12 +348,8 @@ func TestSnapshotSeesUnsequencedEvents(t *testing.T) {
 
 // TestWatchLimitPerUser: the hub counts watches per user.
 func TestWatchLimitPerUser(t *testing.T) {
-	ctx := context.Background()
 	f := newFeed(t)
-	hub, err := events.NewHub(ctx, f.db, f.waker, nil, events.HubConfig{MaxWatchesPerUser: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hub := events.NewHub(f.db, f.waker, nil, events.HubConfig{MaxWatchesPerUser: 2})
 	r1, err1 := hub.Acquire("bob")
 	_, err2 := hub.Acquire("bob")
 	if err1 != nil || err2 != nil {

@@ -46,14 +46,17 @@ type Hub struct {
 	head    int64 // last position loaded
 	changed chan struct{}
 
+	ready chan struct{} // closed once head is known
+
 	wmu     sync.Mutex
 	perUser map[string]int
 	closing chan struct{}
 	closed  bool
 }
 
-// NewHub builds a hub whose head is the feed's current last position.
-func NewHub(ctx context.Context, db *store.DB, waker *Waker, log *slog.Logger, cfg HubConfig) (*Hub, error) {
+// NewHub builds a hub; Run starts it at the feed's last position then
+// (the schema may still be migrating when the server starts).
+func NewHub(db *store.DB, waker *Waker, log *slog.Logger, cfg HubConfig) *Hub {
 	if cfg.Keep <= 0 {
 		cfg.Keep = 4096
 	}
@@ -69,12 +72,8 @@ func NewHub(ctx context.Context, db *store.DB, waker *Waker, log *slog.Logger, c
 	if log == nil {
 		log = slog.Default()
 	}
-	b, err := ReadBounds(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	return &Hub{db: db, waker: waker, log: log, cfg: cfg, start: b.Last + 1, head: b.Last,
-		changed: make(chan struct{}), perUser: map[string]int{}, closing: make(chan struct{})}, nil
+	return &Hub{db: db, waker: waker, log: log, cfg: cfg, changed: make(chan struct{}), ready: make(chan struct{}),
+		perUser: map[string]int{}, closing: make(chan struct{})}
 }
 
 // Run tails the feed until ctx ends.
@@ -84,6 +83,24 @@ func (h *Hub) Run(ctx context.Context) {
 	poll := time.NewTicker(h.cfg.Poll)
 	defer poll.Stop()
 	failures := 0
+	for {
+		b, err := ReadBounds(ctx, h.db)
+		if err == nil {
+			h.mu.Lock()
+			h.start, h.head = b.Last+1, b.Last
+			h.mu.Unlock()
+			close(h.ready)
+			break
+		}
+		failures++
+		if failures == 1 || failures%60 == 0 {
+			h.log.Warn("the event feed is not readable yet (schema behind?); retrying", "error", err)
+		}
+		if !sleep(ctx, backoff(failures, 100*time.Millisecond, time.Second)) {
+			return
+		}
+	}
+	failures = 0
 	for {
 		n, err := h.load(ctx)
 		switch {
@@ -114,7 +131,7 @@ func (h *Hub) load(ctx context.Context) (int, error) {
 	h.mu.RLock()
 	head := h.head
 	h.mu.RUnlock()
-	evs, err := read(ctx, h.db, head, h.cfg.Batch)
+	evs, err := Read(ctx, h.db, head, h.cfg.Batch)
 	if err != nil || len(evs) == 0 {
 		return 0, err
 	}
@@ -143,6 +160,18 @@ func (h *Hub) load(ctx context.Context) (int, error) {
 	close(h.changed)
 	h.changed = make(chan struct{})
 	return len(evs), nil
+}
+
+// Ready waits until the hub knows the feed's head.
+func (h *Hub) Ready(ctx context.Context) error {
+	select {
+	case <-h.ready:
+		return nil
+	case <-h.closing:
+		return ShuttingDown(0)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Head is the last position the hub has loaded.
@@ -176,7 +205,7 @@ func (h *Hub) Since(ctx context.Context, position int64, limit int) ([]*Event, e
 		return out, nil
 	}
 	h.mu.RUnlock()
-	evs, err := read(ctx, h.db, position, limit)
+	evs, err := Read(ctx, h.db, position, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -157,8 +157,8 @@ func unsequenced(ctx context.Context, q store.Querier) (map[int64]bool, error) {
 	return out, err
 }
 
-// read returns up to limit events after position, in position order.
-func read(ctx context.Context, q store.Querier, after int64, limit int) ([]*Event, error) {
+// Read returns up to limit events after position, in position order.
+func Read(ctx context.Context, q store.Querier, after int64, limit int) ([]*Event, error) {
 	rows, err := q.Query(ctx, `
 		SELECT p.position, a.id, a.event_type, a.resource, a.team_id, a.department_id, a.actor,
 		       a.time, a.correlation_id, a.before, a.after
