@@ -304,10 +304,10 @@ func (s *Watches) WatchRequests(req *pb.WatchRequestsRequest, stream pb.WatchSer
 				filter += clause
 			}
 			if team != "" {
-				and(`team = "` + team + `"`)
+				and(`team = "teams/` + team + `"`)
 			}
 			if dept != "" {
-				and(`department = "` + dept + `"`)
+				and(`department = "departments/` + dept + `"`)
 			}
 			if len(states) == 1 {
 				and("state = " + states[0])
