@@ -243,6 +243,10 @@ func (a *App) GRPCAddr() string { return a.server.GRPCAddr() }
 // HTTPAddr is the bound HTTP address.
 func (a *App) HTTPAddr() string { return a.server.HTTPAddr() }
 
+// DB is the store; its commits wake the event sequencer (tests that play
+// the worker write through it).
+func (a *App) DB() *store.DB { return a.db }
+
 // Pool is the database pool (tests and dev seeding).
 func (a *App) Pool() *pgxpool.Pool { return a.pool }
 
