@@ -186,7 +186,10 @@ func TestDelivererKilledMidDelivery(t *testing.T) {
 
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { webhook.NewDeliverer(db, localPolicy(), events.NewWaker(), nil, fastConfig()).Run(runCtx); close(done) }()
+	go func() {
+		webhook.NewDeliverer(db, localPolicy(), events.NewWaker(), nil, fastConfig()).Run(runCtx)
+		close(done)
+	}()
 	defer func() { stop(); <-done }()
 
 	got := rcv.wait(t, len(resources))
