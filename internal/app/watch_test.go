@@ -115,6 +115,16 @@ func TestWatchAuthorizationMatrix(t *testing.T) {
 		"alice": {teamA, teamB, teamC}, "frank": {teamA, teamB},
 		"bob": {teamA}, "carol": {teamA}, "dan": {teamB}, "erin": {teamB},
 	}
+	vcStreams := map[string]pb.WatchService_WatchVirtualClustersClient{}
+	for _, u := range callers {
+		ctx, cancel := context.WithCancel(e.As(t, u))
+		t.Cleanup(cancel)
+		st, err := pb.NewWatchServiceClient(e.Conn).WatchVirtualClusters(ctx, &pb.WatchVirtualClustersRequest{Parent: "teams/-"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vcStreams[u] = st
+	}
 	watches := map[string]*requestWatch{}
 	for _, u := range callers {
 		watches[u] = watchRequests(t, e, u, &pb.WatchRequestsRequest{})
@@ -151,6 +161,31 @@ func TestWatchAuthorizationMatrix(t *testing.T) {
 		}
 		if u == "bob" && len(got) != 2 {
 			t.Errorf("bob: want created+approved of %s, got %v", ra.GetName(), got)
+		}
+	}
+
+	// The virtual clusters the requests created, watched across all teams.
+	for _, u := range callers {
+		teams := map[string]bool{}
+		for {
+			ev, err := vcStreams[u].Recv()
+			if err != nil {
+				t.Fatalf("%s: virtual cluster watch: %v", u, err)
+			}
+			if ev.GetKind() == pb.WatchEventKind_CHANGED {
+				teams[ev.GetVirtualCluster().GetName()[:len("teams/team-x")]] = true
+			}
+			if ev.GetKind() != pb.WatchEventKind_EXISTING && ev.GetPosition() >= head {
+				break
+			}
+		}
+		for team := range teams {
+			if !slices.Contains(readable[u], team) {
+				t.Errorf("%s saw a virtual cluster event of %s", u, team)
+			}
+		}
+		if len(teams) != len(readable[u]) {
+			t.Errorf("%s saw virtual cluster events of %v, may read %v", u, teams, readable[u])
 		}
 	}
 

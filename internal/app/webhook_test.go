@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,9 +33,10 @@ type receiver struct {
 }
 
 type delivered struct {
-	id  string
-	ev  client.WebhookEvent
-	pos int64
+	id   string
+	ev   client.WebhookEvent
+	pos  int64
+	sigs int // signatures in webhook-signature
 }
 
 func newReceiver(t *testing.T) *receiver {
@@ -59,7 +61,8 @@ func newReceiver(t *testing.T) *receiver {
 			return
 		}
 		pos, _ := strconv.ParseInt(ev.Position, 10, 64)
-		r.got = append(r.got, delivered{id: req.Header.Get(client.WebhookIDHeader), ev: ev, pos: pos})
+		r.got = append(r.got, delivered{id: req.Header.Get(client.WebhookIDHeader), ev: ev, pos: pos,
+			sigs: len(strings.Fields(req.Header.Get(client.WebhookSignatureHeader)))})
 		select {
 		case r.arrive <- struct{}{}:
 		default:
@@ -169,6 +172,25 @@ func TestWebhookDelivery(t *testing.T) {
 	again := rcv.waitFor(3)
 	if again[2].id != first.GetEventId() || again[2].ev.Type != "dev.gpuplane.request.created" {
 		t.Errorf("redelivery: %+v, want event %s", again[2], first.GetEventId())
+	}
+	if again[2].sigs != 1 {
+		t.Errorf("%d signatures outside a rotation", again[2].sigs)
+	}
+
+	// Rotation: the new secret signs at once, the old one along with it
+	// until it expires; a receiver holding either accepts the delivery.
+	oldSecret := sub.GetSecret()
+	rotated := apiCall(hooks.RotateWebhookSecret(e.As(t, "bob"), &pb.RotateWebhookSecretRequest{Name: sub.GetName()})).must(t)
+	if rotated.GetSecret() == oldSecret || !strings.HasPrefix(rotated.GetSecret(), "whsec_") || rotated.GetPreviousSecretExpireTime() == nil {
+		t.Fatalf("rotated: %v", rotated)
+	}
+	r2 := wfCreate(t, e, "bob", wfSmallVC("team-a", "hooked-2"))
+	withOld := rcv.waitFor(4)[3]
+	rcv.set(rotated.GetSecret(), 0)
+	wfApprove(t, e, "alice", r2.GetName())
+	withNew := rcv.waitFor(5)[4]
+	if withOld.ev.Subject != r2.GetName() || withNew.ev.Subject != r2.GetName() || withOld.sigs != 2 || withNew.sigs != 2 {
+		t.Errorf("deliveries during the rotation: %+v / %+v", withOld, withNew)
 	}
 	if rcv.bad != 0 {
 		t.Errorf("%d deliveries failed verification", rcv.bad)
