@@ -133,9 +133,9 @@ func TestWebhookDelivery(t *testing.T) {
 	r := wfCreate(t, e, "bob", wfSmallVC("team-a", "hooked"))
 	wfCreate(t, e, "dan", wfSmallVC("team-b", "not-bobs")) // another team: not delivered
 	wfApprove(t, e, "alice", r.GetName())
-	got := rcv.waitFor(2)
+	rcv.waitFor(2)
 	time.Sleep(300 * time.Millisecond) // nothing more may come
-	got = rcv.waitFor(2)
+	got := rcv.waitFor(2)
 	if len(got) != 2 || got[0].ev.Type != "dev.gpuplane.request.created" || got[1].ev.Type != "dev.gpuplane.request.approved" ||
 		got[0].ev.Subject != r.GetName() || got[1].ev.Subject != r.GetName() || got[0].pos >= got[1].pos ||
 		got[0].ev.SpecVersion != "1.0" || got[1].ev.Data.Actor != wfSubject("alice") || got[0].id != got[0].ev.ID {

@@ -242,7 +242,7 @@ func TestConcurrentWritersNeverSkipped(t *testing.T) {
 			t.Fatalf("%s was rolled back but is in the feed", key)
 		}
 		var n int
-		fmt.Sscan(after.N, &n)
+		_, _ = fmt.Sscan(after.N, &n)
 		if prev, ok := lastOf[e.Resource]; ok && n <= prev {
 			t.Fatalf("%s: event %d after %d: out of the order written", e.Resource, n, prev)
 		}

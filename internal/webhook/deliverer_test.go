@@ -55,7 +55,7 @@ func runDeliverer(dsn string) {
 	pool, err := store.Open(ctx, dsn, 4)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return
 	}
 	webhook.NewDeliverer(store.New(pool), localPolicy(), events.NewWaker(), nil, fastConfig()).Run(ctx)
 }
@@ -82,7 +82,6 @@ func writeEvents(t *testing.T, db *store.DB, resources ...string) {
 // sink is a real receiver recording (event id, subject, position).
 type sink struct {
 	mu      sync.Mutex
-	secret  string
 	got     []received
 	hold    chan struct{} // while non-nil, the first request blocks until closed
 	holding chan string   // receives the id of the held request
