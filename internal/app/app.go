@@ -195,7 +195,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 	a.API = api.New(api.Deps{DB: a.db, Tenancy: a.Tenancy, Requests: a.Requests, PlatformAdminGroups: cfg.AdminGroups(),
 		Kubeconfigs: kubeconfigs, APIEndpoint: apiEndpoint, Log: a.log})
 	a.server, err = server.New(ctx, server.Config{
-		GRPCAddr: cfg.GRPCAddr, GRPCListener: grpcLis, HTTPAddr: cfg.HTTPAddr, Logger: a.log, Auth: verifier, Registry: reg,
+		GRPCAddr: cfg.GRPCAddr, GRPCListener: grpcLis, HTTPAddr: cfg.HTTPAddr, MetricsAddr: cfg.MetricsAddr,
+		MaxRequestBytes: int64(cfg.MaxRequestBytes), Logger: a.log, Auth: verifier, Registry: reg,
 		TracerProvider: tp, CORS: cors, Ready: a.ready,
 		Services: server.Services{
 			Departments:    &api.Departments{API: a.API},
@@ -236,6 +237,9 @@ func (a *App) GRPCAddr() string { return a.server.GRPCAddr() }
 // HTTPAddr is the bound HTTP address.
 func (a *App) HTTPAddr() string { return a.server.HTTPAddr() }
 
+// MetricsAddr is the bound metrics address ("" without --metrics-addr).
+func (a *App) MetricsAddr() string { return a.server.MetricsAddr() }
+
 // Pool is the database pool (tests and dev seeding).
 func (a *App) Pool() *pgxpool.Pool { return a.pool }
 
@@ -256,7 +260,7 @@ func (a *App) Run(ctx context.Context) error {
 		close(workerDone)
 	}
 	defer func() { stopWorker(); <-workerDone }()
-	a.log.Info("gpuplane serving", "grpc", a.GRPCAddr(), "http", a.HTTPAddr())
+	a.log.Info("gpuplane serving", "grpc", a.GRPCAddr(), "http", a.HTTPAddr(), "metrics", a.MetricsAddr())
 	select {
 	case err := <-errc:
 		return err

@@ -25,7 +25,12 @@ type Config struct {
 	// PublicAPIAddress is how users reach the gRPC API (behind a load
 	// balancer or ingress); it goes into the kubeconfigs' credential plugin.
 	PublicAPIAddress string `flag:"public-api-address" help:"gRPC address users reach (host:port), written into virtual-cluster kubeconfigs; default: the listen address on localhost"`
-	HTTPAddr         string `flag:"http-addr" help:"HTTP (REST gateway, health, metrics, OpenAPI) listen address"`
+	HTTPAddr         string `flag:"http-addr" help:"HTTP (REST gateway, health, OpenAPI) listen address; public"`
+	// MetricsAddr is private: metrics name every team with its quota.
+	MetricsAddr string `flag:"metrics-addr" help:"listen address of /metrics (and /healthz) of serve and worker; keep it off the public network, the metrics name every team (empty: no metrics listener)"`
+	// MaxRequestBytes bounds what a REST or gRPC caller may send in one
+	// request; REST bodies are read only after the token checked out.
+	MaxRequestBytes int `flag:"max-request-bytes" help:"largest request body (REST) or message (gRPC) accepted, in bytes; larger REST bodies get 413"`
 
 	// Browser portals (the Backstage plugin) call the REST API from their own
 	// origin; internal/server/cors.go.
@@ -67,7 +72,6 @@ type Config struct {
 	ExposureClass     string        `flag:"vcluster-ingress-class" help:"ingressClassName of the virtual API servers' Ingresses (empty: the cluster default)"`
 	ExposureAnnots    string        `flag:"vcluster-exposure-annotations" help:"comma-separated key=value annotations for the control plane Service (LoadBalancer, NodePort) or Ingress (empty for Ingress: ingress-nginx TLS passthrough)"`
 	TenantIngressNS   string        `flag:"tenant-ingress-namespaces" help:"comma-separated namespaces whose pods may connect to tenant pods and virtual API servers (ingress controller, monitoring, gpuplane's own for the worker)"`
-	MetricsAddr       string        `flag:"metrics-addr" help:"gpuplane worker: listen address of its /metrics and /healthz (empty: none); serve has them on --http-addr"`
 
 	KAINodePoolLabel string `flag:"kai-node-pool-label" help:"KAI's node-pool label key (its global.nodePoolLabelKey): every gpuplane node pool becomes a KAI node pool, so fair share stays inside each pool; empty: one KAI scheduler for all pools"`
 
@@ -94,6 +98,7 @@ func Defaults() Config {
 	return Config{
 		GRPCAddr:                 ":9090",
 		HTTPAddr:                 ":8080",
+		MaxRequestBytes:          1 << 20,
 		CORSMaxAge:               10 * time.Minute,
 		DatabaseMaxConns:         20,
 		OIDCClientID:             "gpuplane",

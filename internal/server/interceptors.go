@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gpuplane/gpuplane/internal/errs"
 	"github.com/gpuplane/gpuplane/internal/identity"
@@ -115,6 +116,11 @@ func (s *Server) unaryChain(ctx context.Context, req any, info *grpc.UnaryServer
 		}
 		ctx = reqctx.WithPrincipal(ctx, p)
 		log = log.With("subject", p.Subject)
+	}
+	if m, ok := req.(proto.Message); ok {
+		if err := checkText(m, false); err != nil { // textcheck.go
+			return nil, toStatus(ctx, log, err)
+		}
 	}
 	resp, err = handler(ctx, req)
 	return resp, toStatus(ctx, log, err)

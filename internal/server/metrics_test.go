@@ -16,6 +16,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 	"github.com/gpuplane/gpuplane/internal/apptest"
@@ -100,6 +102,11 @@ func TestMetricsEndpoint(t *testing.T) {
 	if _, err := e.Teams.ListTeams(e.As(t, "bob"), &pb.ListTeamsRequest{}); err != nil {
 		t.Fatal(err)
 	}
+	// REST calls without a token stop before the gateway (the HTTP metrics
+	// count them); gRPC ones reach the interceptor.
+	if _, err := e.Teams.ListTeams(context.Background(), &pb.ListTeamsRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("gRPC list teams without a token: %v", err)
+	}
 	scrape(t, e.HTTPBase+"/healthz")
 	scrape(t, e.HTTPBase+"/openapi.json")
 	asked := e.Do(t, "bob", "POST", "/v1/requests", map[string]any{
@@ -119,7 +126,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	var body []byte
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		body = scrape(t, e.HTTPBase+"/metrics")
+		body = scrape(t, e.MetricsBase+"/metrics")
 		mfs = parseMetrics(t, body)
 		if mf := mfs["gpuplane_reconcile_total"]; mf != nil {
 			break
