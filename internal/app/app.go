@@ -196,7 +196,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		Kubeconfigs: kubeconfigs, APIEndpoint: apiEndpoint, Log: a.log})
 	a.server, err = server.New(ctx, server.Config{
 		GRPCAddr: cfg.GRPCAddr, GRPCListener: grpcLis, HTTPAddr: cfg.HTTPAddr, MetricsAddr: cfg.MetricsAddr,
-		MaxRequestBytes: int64(cfg.MaxRequestBytes), Logger: a.log, Auth: verifier, Registry: reg,
+		MaxRequestBytes: int64(cfg.MaxRequestBytes), Logger: a.log, Auth: verifier, Classify: store.Classify, Registry: reg,
 		TracerProvider: tp, CORS: cors, Ready: a.ready,
 		Services: server.Services{
 			Departments:    &api.Departments{API: a.API},

@@ -123,7 +123,7 @@ func (s *Server) unaryChain(ctx context.Context, req any, info *grpc.UnaryServer
 		}
 	}
 	resp, err = handler(ctx, req)
-	return resp, toStatus(ctx, log, err)
+	return resp, toStatus(ctx, log, s.classify(err))
 }
 
 func (s *Server) authenticate(ctx context.Context, md metadata.MD) (identity.Principal, error) {

@@ -46,6 +46,10 @@ type Config struct {
 	MaxRequestBytes int64
 	Logger          *slog.Logger
 	Auth            Authenticator
+	// Classify turns storage errors into domain errors before toStatus
+	// maps them (store.Classify: by SQLSTATE and error type, e.g. an
+	// unreachable database is UNAVAILABLE); nil leaves errors as they are.
+	Classify func(error) error
 	// Ready reports whether the server can serve (database reachable, schema
 	// current); nil error = ready.
 	Ready    func(ctx context.Context) error
@@ -73,15 +77,16 @@ type Services struct {
 
 // Server owns both listeners.
 type Server struct {
-	log     *slog.Logger
-	auth    Authenticator
-	metrics *metrics
-	grpc    *grpc.Server
-	health  *health.Server
-	http    *http.Server
-	gwConn  *grpc.ClientConn
-	lisGRPC net.Listener
-	lisHTTP net.Listener
+	log      *slog.Logger
+	auth     Authenticator
+	classify func(error) error
+	metrics  *metrics
+	grpc     *grpc.Server
+	health   *health.Server
+	http     *http.Server
+	gwConn   *grpc.ClientConn
+	lisGRPC  net.Listener
+	lisHTTP  net.Listener
 	// metricsHTTP and lisMetrics are nil without Config.MetricsAddr.
 	metricsHTTP *http.Server
 	lisMetrics  net.Listener
@@ -98,7 +103,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.MaxRequestBytes <= 0 {
 		cfg.MaxRequestBytes = DefaultMaxRequestBytes
 	}
-	s := &Server{log: cfg.Logger, auth: cfg.Auth, metrics: newMetrics(cfg.Registry)}
+	if cfg.Classify == nil {
+		cfg.Classify = func(err error) error { return err }
+	}
+	s := &Server{log: cfg.Logger, auth: cfg.Auth, classify: cfg.Classify, metrics: newMetrics(cfg.Registry)}
 	var err error
 	if s.lisGRPC = cfg.GRPCListener; s.lisGRPC == nil {
 		if s.lisGRPC, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
