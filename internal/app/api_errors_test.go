@@ -193,7 +193,7 @@ func TestValidation(t *testing.T) {
 		{"NUL in admin group", func(ctx context.Context) error {
 			_, err := e.Departments.CreateDepartment(ctx, &pb.CreateDepartmentRequest{DepartmentId: "nul", Department: &pb.Department{AdminGroups: []string{"g\x00"}}})
 			return err
-		}, "", []string{"department.admin_groups"}},
+		}, "", []string{"department.admin_groups[0]"}},
 		{"NUL in request id", func(ctx context.Context) error {
 			_, err := e.Teams.CreateTeam(ctx, &pb.CreateTeamRequest{TeamId: "nul", RequestId: "r\x00", Team: &pb.Team{Department: "departments/research"}})
 			return err
