@@ -139,7 +139,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 			return nil, errors.New("--run-worker needs a host cluster (--kubeconfig, KUBECONFIG or in-cluster config)")
 		}
 		a.Worker = reconcile.New(a.db, a.Host, a.log, reconcile.Config{Concurrency: cfg.WorkerConcurrency, Resync: cfg.ResyncInterval,
-			Metrics: reg, TracerProvider: tp})
+			ProvisioningDeadline: cfg.ProvisioningDeadline,
+			Metrics:              reg, TracerProvider: tp})
 	}
 
 	capacity := opts.Capacity

@@ -67,7 +67,8 @@ func NewWorker(ctx context.Context, cfg Config, opts Options) (_ *WorkerProcess,
 	db := store.New(pool)
 	reg := newRegistry(db, p.log)
 	p.Worker = reconcile.New(db, host, p.log, reconcile.Config{Concurrency: cfg.WorkerConcurrency, Resync: cfg.ResyncInterval,
-		Metrics: reg, TracerProvider: tp})
+		ProvisioningDeadline: cfg.ProvisioningDeadline,
+		Metrics:              reg, TracerProvider: tp})
 	if cfg.MetricsAddr != "" {
 		if p.lis, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
 			return nil, fmt.Errorf("listen metrics on %s: %w", cfg.MetricsAddr, err)

@@ -131,9 +131,20 @@ func (w *Worker) reconcile(ctx context.Context, cp *claim) error {
 	conds := conditions(d.vc.Conditions, obs, d.host, d.vc.Generation)
 	phase := vcs.PhaseProvisioning
 	msg := "waiting for: " + strings.Join(notReady(conds), ", ")
-	if obs.Ready() {
+	stuck := notReadySince(conds, time.Now().Add(-w.cfg.ProvisioningDeadline))
+	switch {
+	case obs.Ready():
 		phase, msg = vcs.PhaseReady, d.host.FractionalGPUsNotice()
-	} else if d.vc.Phase != vcs.PhaseProvisioning && d.vc.ObservedGeneration == d.vc.Generation {
+	case len(stuck) > 0:
+		// Past the deadline PROVISIONING would hide a control plane that
+		// never starts: DEGRADED says so, and the worker keeps looking.
+		phase = vcs.PhaseDegraded
+		msg = fmt.Sprintf("degraded: %s not ready for longer than the provisioning deadline (%s)", strings.Join(stuck, ", "), w.cfg.ProvisioningDeadline)
+		if d.vc.Phase == vcs.PhaseProvisioning {
+			w.tel.m.deadlines.Inc()
+			w.Log.Warn("provisioning deadline passed", "virtual_cluster", d.vc.ID, "not_ready", stuck, "deadline", w.cfg.ProvisioningDeadline)
+		}
+	case d.vc.Phase != vcs.PhaseProvisioning && d.vc.ObservedGeneration == d.vc.Generation:
 		phase = vcs.PhaseDegraded
 		msg = "degraded: " + strings.Join(notReady(conds), ", ") + " not ready"
 	}
@@ -397,6 +408,17 @@ func conditionsFromSteps(prev []vcs.Condition, steps hostcluster.Steps, gen int6
 			out = append(out, setCondition(prev, typ, false, "ApplyFailed", oneLine(truncate(s.Err.Error(), 500)), gen))
 		} else {
 			out = append(out, setCondition(prev, typ, true, "Applied", s.Detail, gen))
+		}
+	}
+	return out
+}
+
+// notReadySince lists the conditions not ready since before t.
+func notReadySince(conds []vcs.Condition, t time.Time) []string {
+	var out []string
+	for _, c := range conds {
+		if c.Status != vcs.ConditionTrue && c.LastTransitionTime.Before(t) {
+			out = append(out, c.Type)
 		}
 	}
 	return out
