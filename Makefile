@@ -31,13 +31,19 @@ test-go: envtest
 	@# module (docs/vcluster-verification.md); first run builds vCluster's deps.
 	cd test/vclusterproof && go test $(GO_TEST_FLAGS) ./...
 
-## test-race: the race detector over the packages whose code runs concurrently (worker
-## slots and leases, key-set refetch, caches, interceptors and graceful stop, transactions
-## with retries, the dev-mode lifeline); CI runs it after `make test`
-RACE_PACKAGES := ./internal/reconcile/... ./internal/workqueue/... ./internal/identity/... ./internal/server/... \
-	./internal/store/... ./internal/request/... ./internal/policy/... ./internal/hostcluster/... ./internal/devenv/lifeline/...
+## test-race: the race detector over the code that runs concurrently: whole packages where
+## it is cheap (queue leases, key-set refetch, caches, interceptors and graceful stop,
+## transactions with retries, the dev-mode lifeline), and the concurrency tests of the
+## worker and the API (two workers, busy slots, shutdown, racing approvals and deletes,
+## database restart under load); CI runs it after `make test`
+RACE_PACKAGES := ./internal/workqueue/... ./internal/identity/... ./internal/server/... ./internal/store/... \
+	./internal/request/... ./internal/policy/... ./internal/devenv/lifeline/...
+RACE_RECONCILE_TESTS := ^(TestTwoWorkers|TestBusyWorkerClaimsWhenASlotFrees|TestWorkerReleasesLeasesOnShutdown|TestHostOutageDuringResync)$$
+RACE_APP_TESTS := ^(TestWorkflowRace.*|TestConcurrentTeamDeleteAndWrites|TestWriteUnderADeletedTeamIsNotFound|TestGracefulShutdown|TestDatabaseRestartUnderLoad)$$
 test-race: envtest
-	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test -race $(GO_TEST_FLAGS) $(RACE_PACKAGES)
+	go test -race $(GO_TEST_FLAGS) $(RACE_PACKAGES)
+	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test -race $(GO_TEST_FLAGS) -run '$(RACE_RECONCILE_TESTS)' ./internal/reconcile/
+	go test -race $(GO_TEST_FLAGS) -run '$(RACE_APP_TESTS)' ./internal/app/
 
 ## test-unit: the fast part, with no kube-apiserver (PostgreSQL and the OIDC issuer are still real);
 ## tests that need envtest skip under -short and run in `make test`
