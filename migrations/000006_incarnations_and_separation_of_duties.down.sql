@@ -12,7 +12,7 @@ ALTER TABLE audit_events
 -- of each id (the audit log keeps the others' history).
 DELETE FROM virtual_clusters v USING virtual_clusters newer
   WHERE newer.id = v.id AND (newer.create_time, newer.uid) > (v.create_time, v.uid);
-DROP INDEX IF EXISTS virtual_clusters_id_uid;
+DROP INDEX IF EXISTS virtual_clusters_id_team;
 DROP INDEX IF EXISTS virtual_clusters_live_id;
 ALTER TABLE virtual_clusters DROP CONSTRAINT virtual_clusters_pkey;
 ALTER TABLE virtual_clusters ADD CONSTRAINT virtual_clusters_pkey PRIMARY KEY (id);

@@ -16,8 +16,9 @@ ALTER TABLE reconcile_work DROP CONSTRAINT reconcile_work_virtual_cluster_id_fke
 ALTER TABLE virtual_clusters DROP CONSTRAINT virtual_clusters_pkey;
 ALTER TABLE virtual_clusters ADD CONSTRAINT virtual_clusters_pkey PRIMARY KEY (uid);
 CREATE UNIQUE INDEX virtual_clusters_live_id ON virtual_clusters (id) WHERE phase NOT IN ('DELETED', 'REJECTED');
--- Lists page by (id, uid); a name's incarnations are read newest first.
-CREATE INDEX virtual_clusters_id_uid ON virtual_clusters (id, uid);
+-- Lists page by (id, team_id) and keep each team's newest incarnation of
+-- an id; the current incarnation of an id is looked up by id.
+CREATE INDEX virtual_clusters_id_team ON virtual_clusters (id, team_id, create_time);
 -- Work items name a virtual cluster id, which is its one incarnation that
 -- is not gone; a work item whose virtual cluster went away is finished by
 -- the worker (nothing to converge).
