@@ -28,8 +28,9 @@ type Host interface {
 	Delete(ctx context.Context, vc hostcluster.VirtualCluster) error
 }
 
-// DefaultProvisioningDeadline: a vCluster control plane starts in a minute
-// or two when its image is cached; ten minutes leaves room for a pull.
+// DefaultProvisioningDeadline is Config.ProvisioningDeadline's default: a
+// vCluster control plane starts in a minute or two when its image is
+// cached; ten minutes leaves room for a pull.
 const DefaultProvisioningDeadline = 10 * time.Minute
 
 // Config tunes the worker.

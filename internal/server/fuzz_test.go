@@ -42,7 +42,7 @@ var fuzzMethods = []string{http.MethodGet, http.MethodPost, http.MethodPatch, ht
 func FuzzRESTRequest(f *testing.F) {
 	srv, err := server.New(context.Background(), server.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", MaxRequestBytes: 4096,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: tokenOK{},
+		Logger: slog.New(slog.DiscardHandler), Auth: tokenOK{},
 		Services: server.Services{
 			Departments: pb.UnimplementedDepartmentServiceServer{}, Teams: pb.UnimplementedTeamServiceServer{},
 			Members: pb.UnimplementedMemberServiceServer{}, Identity: pb.UnimplementedIdentityServiceServer{},
