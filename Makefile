@@ -7,7 +7,7 @@ TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc
 LINTER := $(BIN)/golangci-lint
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
-.PHONY: run test test-go test-portal test-unit build generate generate-ts check-generated check-generated-ts lint lint-portal check-tidy check-deps buf-breaking tools envtest bench fuzz clean
+.PHONY: run test test-go test-race test-portal test-unit build generate generate-ts check-generated check-generated-ts lint lint-portal check-tidy check-deps buf-breaking tools envtest bench fuzz clean
 
 # The dev-mode command. `make run` and the browser test (hack/test-portal.sh)
 # both start it from here, so moving it is a one-line change.
@@ -30,6 +30,20 @@ test-go: envtest
 	@# vCluster's pod syncer, imported at the default chart version in its own
 	@# module (docs/vcluster-verification.md); first run builds vCluster's deps.
 	cd test/vclusterproof && go test $(GO_TEST_FLAGS) ./...
+
+## test-race: the race detector over the code that runs concurrently: whole packages where
+## it is cheap (queue leases, key-set refetch, caches, interceptors and graceful stop,
+## transactions with retries, the dev-mode lifeline), and the concurrency tests of the
+## worker and the API (two workers, busy slots, shutdown, racing approvals and deletes,
+## database restart under load); CI runs it after `make test`
+RACE_PACKAGES := ./internal/workqueue/... ./internal/identity/... ./internal/server/... ./internal/store/... \
+	./internal/request/... ./internal/policy/... ./internal/devenv/lifeline/...
+RACE_RECONCILE_TESTS := ^(TestTwoWorkers|TestBusyWorkerClaimsWhenASlotFrees|TestWorkerReleasesLeasesOnShutdown|TestHostOutageDuringResync)$$
+RACE_APP_TESTS := ^(TestWorkflowRace.*|TestConcurrentTeamDeleteAndWrites|TestWriteUnderADeletedTeamIsNotFound|TestGracefulShutdown|TestDatabaseRestartUnderLoad)$$
+test-race: envtest
+	go test -race $(GO_TEST_FLAGS) $(RACE_PACKAGES)
+	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test -race $(GO_TEST_FLAGS) -run '$(RACE_RECONCILE_TESTS)' ./internal/reconcile/
+	go test -race $(GO_TEST_FLAGS) -run '$(RACE_APP_TESTS)' ./internal/app/
 
 ## test-unit: the fast part, with no kube-apiserver (PostgreSQL and the OIDC issuer are still real);
 ## tests that need envtest skip under -short and run in `make test`

@@ -72,7 +72,7 @@ mkdir -p "$work/cache"
 setsid env KUBEBUILDER_ASSETS="$assets" XDG_CACHE_HOME="$work/cache" \
   GOCACHE="$(go env GOCACHE)" GOMODCACHE="$(go env GOMODCACHE)" \
   "$work/gpuplane-dev" $DEV_ARGS \
-  --http-addr "127.0.0.1:$HTTP_PORT" --grpc-addr "127.0.0.1:$GRPC_PORT" \
+  --http-addr "127.0.0.1:$HTTP_PORT" --grpc-addr "127.0.0.1:$GRPC_PORT" --metrics-addr 127.0.0.1:0 \
   --issuer-addr "127.0.0.1:$ISSUER_PORT" --cors-allowed-origins "$APP_URL" \
   >"$work/dev.log" 2>&1 </dev/null &
 dev_pid=$!

@@ -93,6 +93,7 @@ func TestRenderDefaults(t *testing.T) {
 		"Service/gpuplane-system/gpuplane-grpc",
 		"Service/gpuplane-system/gpuplane-http",
 		"Service/gpuplane-system/gpuplane-worker-metrics",
+		"Service/gpuplane-system/gpuplane-server-metrics",
 		"Job/gpuplane-system/gpuplane-migrate",
 	}
 	var got []string
@@ -123,7 +124,7 @@ func TestRenderDefaults(t *testing.T) {
 	for _, p := range c.Ports {
 		ports[p.Name] = p.ContainerPort
 	}
-	if !reflect.DeepEqual(ports, map[string]int32{"grpc": 9090, "http": 8080}) {
+	if !reflect.DeepEqual(ports, map[string]int32{"grpc": 9090, "http": 8080, "metrics": 8081}) {
 		t.Errorf("server ports %v", ports)
 	}
 	if !*server.Spec.Template.Spec.AutomountServiceAccountToken {
@@ -141,8 +142,14 @@ func TestRenderDefaults(t *testing.T) {
 	if len(wc.Ports) != 1 || wc.Ports[0].Name != "metrics" || wc.Ports[0].ContainerPort != 8081 {
 		t.Errorf("worker ports %+v, want metrics 8081", wc.Ports)
 	}
-	if got, _, _ := unstructured.NestedString(r.Find("ConfigMap", "gpuplane").Object, "data", "GPUPLANE_METRICS_ADDR"); got != ":8081" {
-		t.Errorf("GPUPLANE_METRICS_ADDR %q, want :8081", got)
+	for _, c := range []corev1.Container{c, wc} {
+		if got := envOf(c)["GPUPLANE_METRICS_ADDR"].Value; got != ":8081" {
+			t.Errorf("%s: GPUPLANE_METRICS_ADDR %q, want :8081", c.Name, got)
+		}
+	}
+	// Metrics name every team: the public HTTP Service does not carry them.
+	if l := r.Find("Service", "gpuplane-http").GetLabels(); l["gpuplane.io/metrics"] != "" {
+		t.Errorf("the public HTTP Service is labelled for scraping: %v", l)
 	}
 	// The worker configures virtual API servers with the same OIDC issuer.
 	if e := envOf(wc)["GPUPLANE_OIDC_ISSUER_URL"]; e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
@@ -241,6 +248,7 @@ func TestRenderFull(t *testing.T) {
 		"GPUPLANE_PLATFORM_ADMIN_GROUPS": "platform-admins,sre", "GPUPLANE_OVERCOMMIT": "1.5",
 		"GPUPLANE_VCLUSTER_KUBECONFIG_SERVER": "https://{name}.{namespace}.gpu.example.com",
 		"GPUPLANE_WORKER_CONCURRENCY":         "8", "GPUPLANE_RESYNC_INTERVAL": "10m",
+		"GPUPLANE_PROVISIONING_DEADLINE":   "20m",
 		"GPUPLANE_VCLUSTER_CHART_VERSIONS": "0.36.1,0.20.0", "GPUPLANE_DEFAULT_CHART_VERSION": "0.36.1",
 		"GPUPLANE_TENANT_INGRESS_NAMESPACES": "ingress-nginx,monitoring,gpuplane-system",
 		"GPUPLANE_VCLUSTER_EXPOSURE":         "Ingress", "GPUPLANE_VCLUSTER_EXPOSURE_HOST": "{name}.vc.example.com",
@@ -318,6 +326,7 @@ func TestSchema(t *testing.T) {
 		{"admin group with a comma", `oidc: {platformAdminGroups: ["a,b"]}`, "/oidc/platformAdminGroups/0"},
 		{"bad log level", `config: {logLevel: verbose}`, "/config/logLevel"},
 		{"bad duration", `worker: {resyncInterval: "5 minutes"}`, "/worker/resyncInterval"},
+		{"bad deadline", `worker: {provisioningDeadline: "soon"}`, "/worker/provisioningDeadline"},
 		{"overcommit zero", `config: {overcommit: 0}`, "/config/overcommit"},
 		{"chart repo not a URL", `config: {vcluster: {chartRepo: charts.loft.sh}}`, "/config/vcluster/chartRepo"},
 		{"bad service type", `server: {service: {type: Internal}}`, "/server/service/type"},
@@ -486,8 +495,9 @@ func TestWiring(t *testing.T) {
 				}
 			}
 			for _, o := range r.OfKind("ServiceMonitor") {
-				// Every endpoint must find its port on exactly one selected
-				// Service, and together they scrape the server and the worker.
+				// Each endpoint scrapes every selected Service with its port;
+				// together they scrape the server's and the worker's metrics
+				// Services, never the public HTTP one.
 				sel, _, _ := unstructured.NestedStringMap(o.Object, "spec", "selector", "matchLabels")
 				endpoints, _, _ := unstructured.NestedSlice(o.Object, "spec", "endpoints")
 				var scraped []string
@@ -500,13 +510,13 @@ func TestWiring(t *testing.T) {
 							hit = append(hit, name)
 						}
 					}
-					if len(hit) != 1 {
-						t.Errorf("ServiceMonitor endpoint port %s matches Services %v, want one", port, hit)
+					if len(hit) == 0 {
+						t.Errorf("ServiceMonitor endpoint port %s matches no Service", port)
 					}
 					scraped = append(scraped, hit...)
 				}
 				slices.Sort(scraped)
-				if want := []string{o.GetName() + "-http", o.GetName() + "-worker-metrics"}; !slices.Equal(scraped, want) {
+				if want := []string{o.GetName() + "-server-metrics", o.GetName() + "-worker-metrics"}; !slices.Equal(scraped, want) {
 					t.Errorf("ServiceMonitor scrapes %v, want %v", scraped, want)
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -192,7 +193,7 @@ func TestValidation(t *testing.T) {
 		{"NUL in admin group", func(ctx context.Context) error {
 			_, err := e.Departments.CreateDepartment(ctx, &pb.CreateDepartmentRequest{DepartmentId: "nul", Department: &pb.Department{AdminGroups: []string{"g\x00"}}})
 			return err
-		}, "", []string{"department.admin_groups"}},
+		}, "", []string{"department.admin_groups[0]"}},
 		{"NUL in request id", func(ctx context.Context) error {
 			_, err := e.Teams.CreateTeam(ctx, &pb.CreateTeamRequest{TeamId: "nul", RequestId: "r\x00", Team: &pb.Team{Department: "departments/research"}})
 			return err
@@ -464,14 +465,36 @@ func TestPublicEndpoints(t *testing.T) {
 			t.Errorf("%s: %q", p, r.Body)
 		}
 	}
-	r := get("/metrics")
-	for _, want := range []string{`gpuplane_grpc_server_handled_total{code="OK",method="/gpuplane.v1.TeamService/ListTeams"}`, "go_goroutines"} {
-		if !strings.Contains(string(r.Body), want) {
-			t.Errorf("/metrics has no %s", want)
+	// Metrics name every team: they are on the private metrics port only.
+	const secret = "tenant-secret-7x" // a team name no document mentions
+	apiCreateTeam(t, e, "alice", secret, "departments/research", pb.IsolationTier_SHARED, apiQuota("1", 1000, apiGiB))
+	metrics := e.Do(t, "", "GET", "/metrics", nil)
+	apiWantHTTP(t, metrics, http.StatusNotFound)
+	resp, err := http.Get(e.MetricsBase + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	private, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`gpuplane_grpc_server_handled_total{code="OK",method="/gpuplane.v1.TeamService/ListTeams"}`, "go_goroutines",
+		`gpuplane_team_quota{resource="gpu",team="` + secret + `"}`} {
+		if !strings.Contains(string(private), want) {
+			t.Errorf("/metrics on the metrics port has no %s", want)
+		}
+	}
+	// Nothing the public port answers without a token names a team.
+	for _, p := range []string{"/metrics", "/healthz", "/readyz", "/openapi.yaml", "/openapi.json", "/", "/v1/teams", "/v1/teams/" + secret,
+		"/v1/auditEvents", "/v1/teams/-/virtualClusters", "/debug/pprof/", "/metrics/"} {
+		r := e.Do(t, "", "GET", p, nil)
+		if strings.Contains(string(r.Body), secret) {
+			t.Errorf("public GET %s (HTTP %d) names team %s", p, r.Status, secret)
+		}
+		if strings.HasPrefix(p, "/v1/") && r.Status != http.StatusUnauthorized {
+			t.Errorf("public GET %s: HTTP %d, want 401", p, r.Status)
 		}
 	}
 
-	r = get("/openapi.yaml")
+	r := get("/openapi.yaml")
 	if ct := r.Header.Get("Content-Type"); !strings.Contains(ct, "yaml") {
 		t.Errorf("/openapi.yaml content type %q", ct)
 	}

@@ -143,7 +143,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 			return nil, errors.New("--run-worker needs a host cluster (--kubeconfig, KUBECONFIG or in-cluster config)")
 		}
 		a.Worker = reconcile.New(a.db, a.Host, a.log, reconcile.Config{Concurrency: cfg.WorkerConcurrency, Resync: cfg.ResyncInterval,
-			Metrics: reg, TracerProvider: tp})
+			ProvisioningDeadline: cfg.ProvisioningDeadline,
+			Metrics:              reg, TracerProvider: tp})
 	}
 
 	capacity := opts.Capacity
@@ -200,7 +201,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		Kubeconfigs: kubeconfigs, APIEndpoint: apiEndpoint, Log: a.log,
 		Events: a.feed.hub, WatchHeartbeat: cfg.WatchHeartbeat, Webhooks: api.WebhookDeps{URLs: a.feed.urls}})
 	a.server, err = server.New(ctx, server.Config{
-		GRPCAddr: cfg.GRPCAddr, GRPCListener: grpcLis, HTTPAddr: cfg.HTTPAddr, Logger: a.log, Auth: verifier, Registry: reg,
+		GRPCAddr: cfg.GRPCAddr, GRPCListener: grpcLis, HTTPAddr: cfg.HTTPAddr, MetricsAddr: cfg.MetricsAddr,
+		MaxRequestBytes: int64(cfg.MaxRequestBytes), Logger: a.log, Auth: verifier, Classify: store.Classify, Registry: reg,
 		TracerProvider: tp, CORS: cors, Ready: a.ready,
 		Services: server.Services{
 			Departments:    &api.Departments{API: a.API},
@@ -247,6 +249,9 @@ func (a *App) HTTPAddr() string { return a.server.HTTPAddr() }
 // the worker write through it).
 func (a *App) DB() *store.DB { return a.db }
 
+// MetricsAddr is the bound metrics address ("" without --metrics-addr).
+func (a *App) MetricsAddr() string { return a.server.MetricsAddr() }
+
 // Pool is the database pool (tests and dev seeding).
 func (a *App) Pool() *pgxpool.Pool { return a.pool }
 
@@ -269,7 +274,7 @@ func (a *App) Run(ctx context.Context) error {
 		close(workerDone)
 	}
 	defer func() { stopWorker(); <-workerDone }()
-	a.log.Info("gpuplane serving", "grpc", a.GRPCAddr(), "http", a.HTTPAddr())
+	a.log.Info("gpuplane serving", "grpc", a.GRPCAddr(), "http", a.HTTPAddr(), "metrics", a.MetricsAddr())
 	select {
 	case err := <-errc:
 		return err

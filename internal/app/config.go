@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
+	"github.com/gpuplane/gpuplane/internal/reconcile"
 	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/vclusterversions"
 )
@@ -25,7 +26,12 @@ type Config struct {
 	// PublicAPIAddress is how users reach the gRPC API (behind a load
 	// balancer or ingress); it goes into the kubeconfigs' credential plugin.
 	PublicAPIAddress string `flag:"public-api-address" help:"gRPC address users reach (host:port), written into virtual-cluster kubeconfigs; default: the listen address on localhost"`
-	HTTPAddr         string `flag:"http-addr" help:"HTTP (REST gateway, health, metrics, OpenAPI) listen address"`
+	HTTPAddr         string `flag:"http-addr" help:"HTTP (REST gateway, health, OpenAPI) listen address; public"`
+	// MetricsAddr is private: metrics name every team with its quota.
+	MetricsAddr string `flag:"metrics-addr" help:"listen address of /metrics (and /healthz) of serve and worker; keep it off the public network, the metrics name every team (empty: no metrics listener)"`
+	// MaxRequestBytes bounds what a REST or gRPC caller may send in one
+	// request; REST bodies are read only after the token checked out.
+	MaxRequestBytes int `flag:"max-request-bytes" help:"largest request body (REST) or message (gRPC) accepted, in bytes; larger REST bodies get 413"`
 
 	// Browser portals (the Backstage plugin) call the REST API from their own
 	// origin; internal/server/cors.go.
@@ -55,19 +61,19 @@ type Config struct {
 	DefaultChartVersion      string `flag:"default-chart-version" help:"vCluster chart version of requests that name none; must be among --vcluster-chart-versions"`
 	VClusterChartVersions    string `flag:"vcluster-chart-versions" help:"comma-separated vCluster chart versions requests may name (existing virtual clusters keep theirs until a change request moves them)"`
 
-	Kubeconfig        string        `flag:"kubeconfig" env:"KUBECONFIG" help:"host cluster kubeconfig; empty: in-cluster config when running in a pod, else no host cluster"`
-	RunWorker         bool          `flag:"run-worker" help:"serve also runs the host-cluster worker (small installs)"`
-	WorkerConcurrency int           `flag:"worker-concurrency" help:"virtual clusters reconciled at once"`
-	ResyncInterval    time.Duration `flag:"resync-interval" help:"how often every virtual cluster is re-applied to repair drift"`
-	VClusterChartDir  string        `flag:"vcluster-chart-dir" help:"local vCluster charts instead of the repository (air-gapped installs; dev mode and tests fill it from the Go module cache): comma-separated version=dir pairs, e.g. 0.36.1=/charts/vcluster-0.36.1"`
-	VClusterChartRepo string        `flag:"vcluster-chart-repo" help:"vCluster chart repository URL or OCI reference"`
-	KubeconfigServer  string        `flag:"vcluster-kubeconfig-server" help:"virtual API server address vCluster writes into its admin kubeconfig, used by the worker from inside the host cluster ({name}, {namespace} are replaced; default https://{name}.{namespace}.svc)"`
-	Exposure          string        `flag:"vcluster-exposure" help:"how members reach virtual API servers from outside the host cluster: ClusterIP (not at all), LoadBalancer, NodePort or Ingress (TLS passthrough)"`
-	ExposureHost      string        `flag:"vcluster-exposure-host" help:"Ingress: host of each virtual API server, e.g. {name}.vc.example.com; NodePort: an address reaching the nodes; LoadBalancer: optional DNS name of each load balancer ({name}, {namespace} are replaced)"`
-	ExposureClass     string        `flag:"vcluster-ingress-class" help:"ingressClassName of the virtual API servers' Ingresses (empty: the cluster default)"`
-	ExposureAnnots    string        `flag:"vcluster-exposure-annotations" help:"comma-separated key=value annotations for the control plane Service (LoadBalancer, NodePort) or Ingress (empty for Ingress: ingress-nginx TLS passthrough)"`
-	TenantIngressNS   string        `flag:"tenant-ingress-namespaces" help:"comma-separated namespaces whose pods may connect to tenant pods and virtual API servers (ingress controller, monitoring, gpuplane's own for the worker)"`
-	MetricsAddr       string        `flag:"metrics-addr" help:"gpuplane worker: listen address of its /metrics and /healthz (empty: none); serve has them on --http-addr"`
+	Kubeconfig           string        `flag:"kubeconfig" env:"KUBECONFIG" help:"host cluster kubeconfig; empty: in-cluster config when running in a pod, else no host cluster"`
+	RunWorker            bool          `flag:"run-worker" help:"serve also runs the host-cluster worker (small installs)"`
+	WorkerConcurrency    int           `flag:"worker-concurrency" help:"virtual clusters reconciled at once"`
+	ResyncInterval       time.Duration `flag:"resync-interval" help:"how often every virtual cluster is re-applied to repair drift"`
+	ProvisioningDeadline time.Duration `flag:"provisioning-deadline" help:"a virtual cluster not ready (e.g. its control plane never starting) for this long becomes DEGRADED with the reason; the worker keeps trying"`
+	VClusterChartDir     string        `flag:"vcluster-chart-dir" help:"local vCluster charts instead of the repository (air-gapped installs; dev mode and tests fill it from the Go module cache): comma-separated version=dir pairs, e.g. 0.36.1=/charts/vcluster-0.36.1"`
+	VClusterChartRepo    string        `flag:"vcluster-chart-repo" help:"vCluster chart repository URL or OCI reference"`
+	KubeconfigServer     string        `flag:"vcluster-kubeconfig-server" help:"virtual API server address vCluster writes into its admin kubeconfig, used by the worker from inside the host cluster ({name}, {namespace} are replaced; default https://{name}.{namespace}.svc)"`
+	Exposure             string        `flag:"vcluster-exposure" help:"how members reach virtual API servers from outside the host cluster: ClusterIP (not at all), LoadBalancer, NodePort or Ingress (TLS passthrough)"`
+	ExposureHost         string        `flag:"vcluster-exposure-host" help:"Ingress: host of each virtual API server, e.g. {name}.vc.example.com; NodePort: an address reaching the nodes; LoadBalancer: optional DNS name of each load balancer ({name}, {namespace} are replaced)"`
+	ExposureClass        string        `flag:"vcluster-ingress-class" help:"ingressClassName of the virtual API servers' Ingresses (empty: the cluster default)"`
+	ExposureAnnots       string        `flag:"vcluster-exposure-annotations" help:"comma-separated key=value annotations for the control plane Service (LoadBalancer, NodePort) or Ingress (empty for Ingress: ingress-nginx TLS passthrough)"`
+	TenantIngressNS      string        `flag:"tenant-ingress-namespaces" help:"comma-separated namespaces whose pods may connect to tenant pods and virtual API servers (ingress controller, monitoring, gpuplane's own for the worker)"`
 
 	KAINodePoolLabel string `flag:"kai-node-pool-label" help:"KAI's node-pool label key (its global.nodePoolLabelKey): every gpuplane node pool becomes a KAI node pool, so fair share stays inside each pool; empty: one KAI scheduler for all pools"`
 
@@ -108,6 +114,7 @@ func Defaults() Config {
 	return Config{
 		GRPCAddr:                 ":9090",
 		HTTPAddr:                 ":8080",
+		MaxRequestBytes:          1 << 20,
 		CORSMaxAge:               10 * time.Minute,
 		DatabaseMaxConns:         20,
 		OIDCClientID:             "gpuplane",
@@ -124,6 +131,7 @@ func Defaults() Config {
 		Exposure:                 "ClusterIP",
 		WorkerConcurrency:        4,
 		ResyncInterval:           5 * time.Minute,
+		ProvisioningDeadline:     reconcile.DefaultProvisioningDeadline,
 		MetricsAddr:              ":8081",
 		VClusterChartRepo:        "https://charts.loft.sh",
 		SharedPodSecurity:        hostcluster.PodSecurityBaseline,

@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/gpuplane/gpuplane/internal/reconcile"
 	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/telemetry"
@@ -73,19 +71,13 @@ func NewWorker(ctx context.Context, cfg Config, opts Options) (_ *WorkerProcess,
 	db := p.feed.db
 	reg := newRegistry(db, p.log)
 	p.Worker = reconcile.New(db, host, p.log, reconcile.Config{Concurrency: cfg.WorkerConcurrency, Resync: cfg.ResyncInterval,
-		Metrics: reg, TracerProvider: tp})
+		ProvisioningDeadline: cfg.ProvisioningDeadline,
+		Metrics:              reg, TracerProvider: tp})
 	if cfg.MetricsAddr != "" {
 		if p.lis, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
 			return nil, fmt.Errorf("listen metrics on %s: %w", cfg.MetricsAddr, err)
 		}
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/plain")
-			_, _ = w.Write([]byte("ok\n"))
-		})
-		p.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second,
-			ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelWarn)}
+		p.metrics = telemetry.NewMetricsServer(reg, p.log)
 	}
 	return p, nil
 }

@@ -64,82 +64,14 @@ func TestWorkflowAuthorizationMatrix(t *testing.T) {
 	t.Parallel()
 	e := apptest.Start(t, apptest.Options{Seed: true})
 
-	n := 0
-	nextID := func() string { n++; return fmt.Sprintf("authz-%d", n) }
+	fx := &wfFixture{e: e, shared: map[string]*pb.Request{}}
+	shared := fx.shared
 	// One pending request (and its virtual cluster) per team to read.
-	shared := map[string]*pb.Request{}
 	for team, owner := range wfOwners {
 		shared[team] = wfCreate(t, e, owner, wfSmallVC(team, "shared-"+team))
 	}
-	sharedVC := func(team string) string { return shared[team].GetCreateVirtualCluster().GetVirtualCluster() }
-	// decideFresh runs a decision on a new pending request of the team's
-	// owner; a refused decision must leave it pending.
-	decideFresh := func(t *testing.T, team string, decide func(name string) error) error {
-		req := wfCreate(t, e, wfOwners[team], wfSmallVC(team, nextID()))
-		err := decide(req.GetName())
-		if got := wfGetRequest(t, e, req.GetName()).GetState(); err != nil && got != pb.Request_PENDING {
-			t.Errorf("a refused decision left the request %v", got)
-		}
-		return err
-	}
-
-	type call func(t *testing.T, ctx context.Context, team string) error
-	ops := []struct {
-		rpc  string
-		want wfWant
-		call call
-	}{
-		{"RequestService.CreateRequest", wfAskers, func(t *testing.T, ctx context.Context, team string) error {
-			_, err := e.Requests.CreateRequest(ctx, &pb.CreateRequestRequest{Request: wfSmallVC(team, nextID())})
-			return err
-		}},
-		{"RequestService.GetRequest", wfReaders, func(t *testing.T, ctx context.Context, team string) error {
-			_, err := e.Requests.GetRequest(ctx, &pb.GetRequestRequest{Name: shared[team].GetName()})
-			return err
-		}},
-		{"RequestService.ListRequests", wfEveryone, func(t *testing.T, ctx context.Context, team string) error {
-			_, err := e.Requests.ListRequests(ctx, &pb.ListRequestsRequest{Filter: fmt.Sprintf("team = %q", "teams/"+team)})
-			return err
-		}},
-		{"RequestService.CancelRequest", wfRequesterOnly, func(t *testing.T, ctx context.Context, team string) error {
-			return decideFresh(t, team, func(name string) error {
-				_, err := e.Requests.CancelRequest(ctx, &pb.CancelRequestRequest{Name: name})
-				return err
-			})
-		}},
-		{"RequestService.ApproveRequest", wfDeciders, func(t *testing.T, ctx context.Context, team string) error {
-			return decideFresh(t, team, func(name string) error {
-				_, err := e.Requests.ApproveRequest(ctx, &pb.ApproveRequestRequest{Name: name})
-				return err
-			})
-		}},
-		{"RequestService.RejectRequest", wfDeciders, func(t *testing.T, ctx context.Context, team string) error {
-			return decideFresh(t, team, func(name string) error {
-				_, err := e.Requests.RejectRequest(ctx, &pb.RejectRequestRequest{Name: name})
-				return err
-			})
-		}},
-		{"RequestService.CheckFit(stored)", wfReaders, func(t *testing.T, ctx context.Context, team string) error {
-			_, err := e.Requests.CheckFit(ctx, &pb.CheckFitRequest{Name: shared[team].GetName()})
-			return err
-		}},
-		{"RequestService.CheckFit(new)", wfAskers, func(t *testing.T, ctx context.Context, team string) error {
-			_, err := e.Requests.CheckFit(ctx, &pb.CheckFitRequest{Request: wfSmallVC(team, "dry-run")})
-			return err
-		}},
-		{"VirtualClusterService.GetVirtualCluster", wfReaders, func(t *testing.T, ctx context.Context, team string) error {
-			_, err := e.VirtualCluster.GetVirtualCluster(ctx, &pb.GetVirtualClusterRequest{Name: sharedVC(team)})
-			return err
-		}},
-		{"VirtualClusterService.ListVirtualClusters", wfReaders, func(t *testing.T, ctx context.Context, team string) error {
-			_, err := e.VirtualCluster.ListVirtualClusters(ctx, &pb.ListVirtualClustersRequest{Parent: "teams/" + team})
-			return err
-		}},
-		{"VirtualClusterService.ListVirtualClusters(teams/-)", wfEveryone, func(t *testing.T, ctx context.Context, team string) error {
-			_, err := e.VirtualCluster.ListVirtualClusters(ctx, &pb.ListVirtualClustersRequest{Parent: "teams/-"})
-			return err
-		}},
-	}
+	sharedVC := fx.sharedVC
+	ops := wfOps(fx)
 	for _, op := range ops {
 		for _, team := range []string{"team-a", "team-b"} {
 			for _, user := range wfUsers {
@@ -163,68 +95,9 @@ func TestWorkflowAuthorizationMatrix(t *testing.T) {
 	// refused to everyone else before the name is looked at, so the answer
 	// does not tell whether a policy exists.
 	alice := e.As(t, "alice")
-	newPolicy := func(t *testing.T) *pb.ApprovalPolicy {
-		p, err := e.Policies.CreateApprovalPolicy(alice, &pb.CreateApprovalPolicyRequest{
-			ApprovalPolicyId: nextID(), ApprovalPolicy: &pb.ApprovalPolicy{Expression: "request.gpu_delta > 1000.0"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	standing := newPolicy(t)
-	readers := map[string]codes.Code{"alice": codes.OK, "frank": codes.OK}
-	onlyAlice := map[string]codes.Code{"alice": codes.OK}
-	policyOps := []struct {
-		rpc      string
-		want     map[string]codes.Code // users not listed: other
-		other    codes.Code
-		call     func(t *testing.T, ctx context.Context, user string) error
-		noPolicy func(ctx context.Context) error // the same call on a name that does not exist
-	}{
-		{"ApprovalPolicyService.GetApprovalPolicy", readers, codes.NotFound, func(t *testing.T, ctx context.Context, user string) error {
-			_, err := e.Policies.GetApprovalPolicy(ctx, &pb.GetApprovalPolicyRequest{Name: standing.GetName()})
-			return err
-		}, nil},
-		{"ApprovalPolicyService.ListApprovalPolicies", map[string]codes.Code{}, codes.OK, func(t *testing.T, ctx context.Context, user string) error {
-			resp, err := e.Policies.ListApprovalPolicies(ctx, &pb.ListApprovalPoliciesRequest{})
-			if err == nil {
-				_, reader := readers[user]
-				if got := len(resp.GetApprovalPolicies()) > 0; got != reader {
-					t.Errorf("sees policies: %v, want %v", got, reader)
-				}
-			}
-			return err
-		}, nil},
-		{"ApprovalPolicyService.CreateApprovalPolicy", onlyAlice, codes.PermissionDenied, func(t *testing.T, ctx context.Context, user string) error {
-			_, err := e.Policies.CreateApprovalPolicy(ctx, &pb.CreateApprovalPolicyRequest{
-				ApprovalPolicyId: nextID(), ApprovalPolicy: &pb.ApprovalPolicy{Expression: "false"}})
-			return err
-		}, nil},
-		{"ApprovalPolicyService.UpdateApprovalPolicy", onlyAlice, codes.PermissionDenied, func(t *testing.T, ctx context.Context, user string) error {
-			_, err := e.Policies.UpdateApprovalPolicy(ctx, &pb.UpdateApprovalPolicyRequest{
-				ApprovalPolicy: &pb.ApprovalPolicy{Name: standing.GetName(), DisplayName: "renamed by " + user},
-				UpdateMask:     &fieldmaskpb.FieldMask{Paths: []string{"display_name"}}})
-			return err
-		}, func(ctx context.Context) error {
-			_, err := e.Policies.UpdateApprovalPolicy(ctx, &pb.UpdateApprovalPolicyRequest{
-				ApprovalPolicy: &pb.ApprovalPolicy{Name: "approvalPolicies/nope", DisplayName: "x"},
-				UpdateMask:     &fieldmaskpb.FieldMask{Paths: []string{"display_name"}}})
-			return err
-		}},
-		{"ApprovalPolicyService.DeleteApprovalPolicy", onlyAlice, codes.PermissionDenied, func(t *testing.T, ctx context.Context, user string) error {
-			p := newPolicy(t)
-			_, err := e.Policies.DeleteApprovalPolicy(ctx, &pb.DeleteApprovalPolicyRequest{Name: p.GetName()})
-			if err != nil {
-				if _, gerr := e.Policies.GetApprovalPolicy(alice, &pb.GetApprovalPolicyRequest{Name: p.GetName()}); gerr != nil {
-					t.Errorf("a refused delete removed the policy: %v", gerr)
-				}
-			}
-			return err
-		}, func(ctx context.Context) error {
-			_, err := e.Policies.DeleteApprovalPolicy(ctx, &pb.DeleteApprovalPolicyRequest{Name: "approvalPolicies/nope"})
-			return err
-		}},
-	}
+	fx.standing = fx.newPolicy(t)
+	standing := fx.standing
+	policyOps := wfPolicyOps(fx)
 	for _, op := range policyOps {
 		for _, user := range wfUsers {
 			want, ok := op.want[user]
@@ -448,4 +321,170 @@ func wfListTeams(t *testing.T, ctx context.Context, e *apptest.Env, filter strin
 	}
 	sort.Strings(out)
 	return out
+}
+
+// wfFixture is what the workflow matrix's calls act on; the tables below
+// read it only when a call runs, so wfOps(&wfFixture{}) lists the RPCs
+// covered without a server (TestAuthzMatrixCoversEveryRPC).
+type wfFixture struct {
+	e        *apptest.Env
+	n        int
+	shared   map[string]*pb.Request // one pending request per team, to read
+	standing *pb.ApprovalPolicy
+}
+
+func (fx *wfFixture) nextID() string { fx.n++; return fmt.Sprintf("authz-%d", fx.n) }
+
+func (fx *wfFixture) sharedVC(team string) string {
+	return fx.shared[team].GetCreateVirtualCluster().GetVirtualCluster()
+}
+
+// decideFresh runs a decision on a new pending request of the team's
+// owner; a refused decision must leave it pending.
+func (fx *wfFixture) decideFresh(t *testing.T, team string, decide func(name string) error) error {
+	req := wfCreate(t, fx.e, wfOwners[team], wfSmallVC(team, fx.nextID()))
+	err := decide(req.GetName())
+	if got := wfGetRequest(t, fx.e, req.GetName()).GetState(); err != nil && got != pb.Request_PENDING {
+		t.Errorf("a refused decision left the request %v", got)
+	}
+	return err
+}
+
+func (fx *wfFixture) newPolicy(t *testing.T) *pb.ApprovalPolicy {
+	p, err := fx.e.Policies.CreateApprovalPolicy(fx.e.As(t, "alice"), &pb.CreateApprovalPolicyRequest{
+		ApprovalPolicyId: fx.nextID(), ApprovalPolicy: &pb.ApprovalPolicy{Expression: "request.gpu_delta > 1000.0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// wfOp is one row of the workflow matrix: an RPC called on each team.
+type wfOp struct {
+	rpc  string
+	want wfWant
+	call func(t *testing.T, ctx context.Context, team string) error
+}
+
+func wfOps(fx *wfFixture) []wfOp {
+	return []wfOp{
+		{"RequestService.CreateRequest", wfAskers, func(t *testing.T, ctx context.Context, team string) error {
+			_, err := fx.e.Requests.CreateRequest(ctx, &pb.CreateRequestRequest{Request: wfSmallVC(team, fx.nextID())})
+			return err
+		}},
+		{"RequestService.GetRequest", wfReaders, func(t *testing.T, ctx context.Context, team string) error {
+			_, err := fx.e.Requests.GetRequest(ctx, &pb.GetRequestRequest{Name: fx.shared[team].GetName()})
+			return err
+		}},
+		{"RequestService.ListRequests", wfEveryone, func(t *testing.T, ctx context.Context, team string) error {
+			_, err := fx.e.Requests.ListRequests(ctx, &pb.ListRequestsRequest{Filter: fmt.Sprintf("team = %q", "teams/"+team)})
+			return err
+		}},
+		{"RequestService.CancelRequest", wfRequesterOnly, func(t *testing.T, ctx context.Context, team string) error {
+			return fx.decideFresh(t, team, func(name string) error {
+				_, err := fx.e.Requests.CancelRequest(ctx, &pb.CancelRequestRequest{Name: name})
+				return err
+			})
+		}},
+		{"RequestService.ApproveRequest", wfDeciders, func(t *testing.T, ctx context.Context, team string) error {
+			return fx.decideFresh(t, team, func(name string) error {
+				_, err := fx.e.Requests.ApproveRequest(ctx, &pb.ApproveRequestRequest{Name: name})
+				return err
+			})
+		}},
+		{"RequestService.RejectRequest", wfDeciders, func(t *testing.T, ctx context.Context, team string) error {
+			return fx.decideFresh(t, team, func(name string) error {
+				_, err := fx.e.Requests.RejectRequest(ctx, &pb.RejectRequestRequest{Name: name})
+				return err
+			})
+		}},
+		{"RequestService.CheckFit(stored)", wfReaders, func(t *testing.T, ctx context.Context, team string) error {
+			_, err := fx.e.Requests.CheckFit(ctx, &pb.CheckFitRequest{Name: fx.shared[team].GetName()})
+			return err
+		}},
+		{"RequestService.CheckFit(new)", wfAskers, func(t *testing.T, ctx context.Context, team string) error {
+			_, err := fx.e.Requests.CheckFit(ctx, &pb.CheckFitRequest{Request: wfSmallVC(team, "dry-run")})
+			return err
+		}},
+		{"VirtualClusterService.GetVirtualCluster", wfReaders, func(t *testing.T, ctx context.Context, team string) error {
+			_, err := fx.e.VirtualCluster.GetVirtualCluster(ctx, &pb.GetVirtualClusterRequest{Name: fx.sharedVC(team)})
+			return err
+		}},
+		{"VirtualClusterService.ListVirtualClusters", wfReaders, func(t *testing.T, ctx context.Context, team string) error {
+			_, err := fx.e.VirtualCluster.ListVirtualClusters(ctx, &pb.ListVirtualClustersRequest{Parent: "teams/" + team})
+			return err
+		}},
+		// Members use their virtual clusters (this one is still pending:
+		// FAILED_PRECONDITION past the authorization check); admins who are
+		// not members need break_glass.
+		{"VirtualClusterService.GetVirtualClusterKubeconfig", wfWant{wfPlatformAdmin: codes.PermissionDenied, wfDeptAdmin: codes.PermissionDenied,
+			wfOwner: codes.FailedPrecondition, wfMember: codes.FailedPrecondition, wfOtherOwner: codes.NotFound, wfOtherMember: codes.NotFound},
+			func(t *testing.T, ctx context.Context, team string) error {
+				_, err := fx.e.VirtualCluster.GetVirtualClusterKubeconfig(ctx, &pb.GetVirtualClusterKubeconfigRequest{Name: fx.sharedVC(team)})
+				return err
+			}},
+		{"VirtualClusterService.ListVirtualClusters(teams/-)", wfEveryone, func(t *testing.T, ctx context.Context, team string) error {
+			_, err := fx.e.VirtualCluster.ListVirtualClusters(ctx, &pb.ListVirtualClustersRequest{Parent: "teams/-"})
+			return err
+		}},
+	}
+}
+
+// wfPolicyOp is one row of the approval-policy matrix.
+type wfPolicyOp struct {
+	rpc      string
+	want     map[string]codes.Code // users not listed: other
+	other    codes.Code
+	call     func(t *testing.T, ctx context.Context, user string) error
+	noPolicy func(ctx context.Context) error // the same call on a name that does not exist
+}
+
+func wfPolicyOps(fx *wfFixture) []wfPolicyOp {
+	readers := map[string]codes.Code{"alice": codes.OK, "frank": codes.OK}
+	onlyAlice := map[string]codes.Code{"alice": codes.OK}
+	return []wfPolicyOp{
+		{"ApprovalPolicyService.GetApprovalPolicy", readers, codes.NotFound, func(t *testing.T, ctx context.Context, user string) error {
+			_, err := fx.e.Policies.GetApprovalPolicy(ctx, &pb.GetApprovalPolicyRequest{Name: fx.standing.GetName()})
+			return err
+		}, nil},
+		{"ApprovalPolicyService.ListApprovalPolicies", map[string]codes.Code{}, codes.OK, func(t *testing.T, ctx context.Context, user string) error {
+			resp, err := fx.e.Policies.ListApprovalPolicies(ctx, &pb.ListApprovalPoliciesRequest{})
+			if err == nil {
+				_, reader := readers[user]
+				if got := len(resp.GetApprovalPolicies()) > 0; got != reader {
+					t.Errorf("sees policies: %v, want %v", got, reader)
+				}
+			}
+			return err
+		}, nil},
+		{"ApprovalPolicyService.CreateApprovalPolicy", onlyAlice, codes.PermissionDenied, func(t *testing.T, ctx context.Context, user string) error {
+			_, err := fx.e.Policies.CreateApprovalPolicy(ctx, &pb.CreateApprovalPolicyRequest{
+				ApprovalPolicyId: fx.nextID(), ApprovalPolicy: &pb.ApprovalPolicy{Expression: "false"}})
+			return err
+		}, nil},
+		{"ApprovalPolicyService.UpdateApprovalPolicy", onlyAlice, codes.PermissionDenied, func(t *testing.T, ctx context.Context, user string) error {
+			_, err := fx.e.Policies.UpdateApprovalPolicy(ctx, &pb.UpdateApprovalPolicyRequest{
+				ApprovalPolicy: &pb.ApprovalPolicy{Name: fx.standing.GetName(), DisplayName: "renamed by " + user},
+				UpdateMask:     &fieldmaskpb.FieldMask{Paths: []string{"display_name"}}})
+			return err
+		}, func(ctx context.Context) error {
+			_, err := fx.e.Policies.UpdateApprovalPolicy(ctx, &pb.UpdateApprovalPolicyRequest{
+				ApprovalPolicy: &pb.ApprovalPolicy{Name: "approvalPolicies/nope", DisplayName: "x"},
+				UpdateMask:     &fieldmaskpb.FieldMask{Paths: []string{"display_name"}}})
+			return err
+		}},
+		{"ApprovalPolicyService.DeleteApprovalPolicy", onlyAlice, codes.PermissionDenied, func(t *testing.T, ctx context.Context, user string) error {
+			p := fx.newPolicy(t)
+			_, err := fx.e.Policies.DeleteApprovalPolicy(ctx, &pb.DeleteApprovalPolicyRequest{Name: p.GetName()})
+			if err != nil {
+				if _, gerr := fx.e.Policies.GetApprovalPolicy(fx.e.As(t, "alice"), &pb.GetApprovalPolicyRequest{Name: p.GetName()}); gerr != nil {
+					t.Errorf("a refused delete removed the policy: %v", gerr)
+				}
+			}
+			return err
+		}, func(ctx context.Context) error {
+			_, err := fx.e.Policies.DeleteApprovalPolicy(ctx, &pb.DeleteApprovalPolicyRequest{Name: "approvalPolicies/nope"})
+			return err
+		}},
+	}
 }

@@ -1028,13 +1028,17 @@ func TestWorkflowRequestValidation(t *testing.T) {
 		if r.Status != http.StatusConflict {
 			t.Errorf("REST duplicate: HTTP %d %s, want 409", r.Status, r.Body)
 		}
-		// Once the first ask is rejected the name is free again.
+		// Once the first ask is rejected the name is free again; team-a's
+		// rejected one stays team-a's (incarnations_test.go).
 		if _, err := e.Requests.RejectRequest(e.As(t, "frank"), &pb.RejectRequestRequest{Name: first.GetName()}); err != nil {
 			t.Fatal(err)
 		}
 		wfCreate(t, e, "dan", wfSmallVC("team-b", "dup"))
-		if n := wfCount(t, e, `SELECT count(*) FROM virtual_clusters WHERE id = 'dup'`); n != 1 {
-			t.Errorf("%d virtual clusters named dup", n)
+		if n := wfCount(t, e, `SELECT count(*) FROM virtual_clusters WHERE id = 'dup' AND phase NOT IN ('REJECTED', 'DELETED')`); n != 1 {
+			t.Errorf("%d live virtual clusters named dup", n)
+		}
+		if n := wfCount(t, e, `SELECT count(*) FROM virtual_clusters WHERE id = 'dup' AND team_id = 'team-a' AND phase = 'REJECTED'`); n != 1 {
+			t.Errorf("team-a's rejected dup: %d rows, want 1", n)
 		}
 	})
 	t.Run("second pending request for a virtual cluster", func(t *testing.T) {

@@ -54,6 +54,9 @@ type Env struct {
 	Issuer   *oidcdev.Issuer
 	Conn     *grpc.ClientConn
 	HTTPBase string
+	// MetricsBase is the private metrics listener ("" when a test's
+	// Config turned it off).
+	MetricsBase string
 
 	Departments    pb.DepartmentServiceClient
 	Teams          pb.TeamServiceClient
@@ -108,7 +111,7 @@ func Start(t testing.TB, o Options) *Env {
 		iss = Issuer(t)
 	}
 	cfg := app.Defaults()
-	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.MetricsAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.DatabaseURL = storetest.New(t)
 	cfg.OIDCIssuerURL = iss.IssuerURL()
 	cfg.ExpiryInterval = 0
@@ -156,6 +159,9 @@ func Start(t testing.TB, o Options) *Env {
 		Audit: pb.NewAuditServiceClient(conn), VirtualCluster: pb.NewVirtualClusterServiceClient(conn),
 		Requests: pb.NewRequestServiceClient(conn), Policies: pb.NewApprovalPolicyServiceClient(conn),
 		stop: stop,
+	}
+	if addr := a.MetricsAddr(); addr != "" {
+		e.MetricsBase = "http://" + addr
 	}
 	t.Cleanup(func() {
 		conn.Close()

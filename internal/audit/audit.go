@@ -16,6 +16,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/reqctx"
 	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/store/filter"
+	"github.com/gpuplane/gpuplane/internal/virtualcluster"
 )
 
 // Event is one change.
@@ -70,12 +71,27 @@ func Record(ctx context.Context, tx *store.Tx, e Event) error {
 	// a transaction that waited for a lock behind another change must not
 	// be recorded as happening before that change; events are listed by id,
 	// i.e. in the order they were written.
+	//
+	// The incarnations (uids) are those of the rows as this transaction
+	// sees them: written after an insert, the new row's; after a delete,
+	// none (only platform admins read a deleted team's last event by its
+	// team; its department's admins still do by the department).
 	_, err = tx.Exec(ctx, `
+		WITH d AS (SELECT uid FROM departments WHERE id = $7),
+		     t AS (SELECT uid FROM teams WHERE id = $8),
+		     v AS (SELECT uid FROM virtual_clusters
+		            WHERE team_id = $8 AND $4 LIKE 'teams/%/virtualClusters/%' AND id = split_part($4, '/', 4)
+		            ORDER BY phase = ANY($11), create_time DESC, uid LIMIT 1)
 		INSERT INTO audit_events (time, actor, actor_groups, action, resource, request_id, correlation_id,
-		                          department_id, team_id, before, after, event_type)
-		VALUES (clock_timestamp(), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+		                          department_id, team_id, before, after, department_uid, team_uid, resource_uid, event_type)
+		VALUES (clock_timestamp(), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
+		        (SELECT uid FROM d), (SELECT uid FROM t),
+		        CASE WHEN $4 = 'teams/' || $8 THEN (SELECT uid FROM t)
+		             WHEN $8 = '' AND $4 = 'departments/' || $7 THEN (SELECT uid FROM d)
+		             WHEN $4 = 'teams/' || $8 || '/virtualClusters/' || split_part($4, '/', 4) THEN (SELECT uid FROM v)
+		        END, $12)`,
 		e.Actor.Subject, groups, e.Action, e.Resource, e.RequestID, reqctx.CorrelationID(ctx),
-		e.Department, e.Team, before, after, eventType)
+		e.Department, e.Team, before, after, virtualcluster.GonePhases, eventType)
 	if err == nil && eventType != nil {
 		// The sequencer positions the event as soon as this commits.
 		tx.SignalCommit()
@@ -95,17 +111,21 @@ type Stored struct {
 	CorrelationID string
 	Department    string // id
 	Team          string // id
+	// ResourceUID is the incarnation of the resource changed, when it is
+	// a department, team or virtual cluster ("" otherwise, or unknown).
+	ResourceUID   string
 	Before, After map[string]any
 }
 
 var eventFilter = filter.Schema{
-	"resource":   {Column: "resource", Type: filter.String, Prefix: true},
-	"actor":      {Column: "actor", Type: filter.String},
-	"action":     {Column: "action", Type: filter.String},
-	"team":       {Column: "team_id", Type: filter.String, Strip: "teams/"},
-	"department": {Column: "department_id", Type: filter.String, Strip: "departments/"},
-	"time":       {Column: "time", Type: filter.Timestamp},
-	"request_id": {Column: "request_id", Type: filter.String},
+	"resource":     {Column: "resource", Type: filter.String, Prefix: true},
+	"actor":        {Column: "actor", Type: filter.String},
+	"action":       {Column: "action", Type: filter.String},
+	"team":         {Column: "team_id", Type: filter.String, Strip: "teams/"},
+	"department":   {Column: "department_id", Type: filter.String, Strip: "departments/"},
+	"time":         {Column: "time", Type: filter.Timestamp},
+	"request_id":   {Column: "request_id", Type: filter.String},
+	"resource_uid": {Column: "COALESCE(resource_uid::text, '')", Type: filter.String},
 }
 
 // FirstPage is the Before of the first page of List.
@@ -121,15 +141,18 @@ func List(ctx context.Context, q store.Querier, pageSize int32, filterExpr strin
 	}
 	lq.Where("id < " + lq.Arg(before))
 	if !scope.All {
-		lq.Where("team_id = ANY(" + lq.Arg(scope.Teams) + ") OR department_id = ANY(" + lq.Arg(scope.Departments) + ")")
+		// By incarnation, not by id: a team (or department) that takes a
+		// deleted one's id does not read the deleted one's events.
+		lq.Where("team_uid IN (SELECT uid FROM teams WHERE id = ANY(" + lq.Arg(scope.Teams) + "))" +
+			" OR department_uid IN (SELECT uid FROM departments WHERE id = ANY(" + lq.Arg(scope.Departments) + "))")
 	}
 	return store.FetchPage(ctx, q, lq, `SELECT id, time, actor, actor_groups, action, resource, request_id,
-		correlation_id, department_id, team_id, before, after FROM audit_events`, "id DESC", scan)
+		correlation_id, department_id, team_id, COALESCE(resource_uid::text, ''), before, after FROM audit_events`, "id DESC", scan)
 }
 
 func scan(row pgx.Row) (Stored, error) {
 	var e Stored
 	err := row.Scan(&e.ID, &e.Time, &e.Actor, &e.ActorGroups, &e.Action, &e.Resource, &e.RequestID,
-		&e.CorrelationID, &e.Department, &e.Team, &e.Before, &e.After)
+		&e.CorrelationID, &e.Department, &e.Team, &e.ResourceUID, &e.Before, &e.After)
 	return e, err
 }

@@ -63,8 +63,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gpuplane-dev: unexpected argument %q\n\n%s", fs.Arg(0), usage)
 		return 2
 	}
-	cfg.Print(stderr)
-	return fail(Run(ctx, Options{Config: cfg, IssuerAddr: *issuerAddr, Out: stdout}))
+	return fail(Run(ctx, Options{Config: cfg, IssuerAddr: *issuerAddr, Out: stdout, ConfigOut: stderr}))
 }
 
 // parseFailure is the exit code of a flag parse error: -h/--help printed

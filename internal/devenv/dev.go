@@ -36,6 +36,10 @@ type Options struct {
 	Config     app.Config // server configuration (addresses etc.)
 	IssuerAddr string
 	Out        io.Writer // where the walkthrough is printed
+	// ConfigOut, when set, gets the configuration that runs (secrets
+	// redacted), printed once dev mode has filled in what it starts itself:
+	// database, issuer, host cluster, charts.
+	ConfigOut io.Writer
 }
 
 // Run starts everything dev mode needs and serves until ctx ends.
@@ -99,6 +103,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 		say("host cluster ready: export KUBECONFIG=%s; kubectl get nodes,queues", kubeconfig)
 		opts.HostConfig = env.RESTConfig()
+		cfg.Kubeconfig = kubeconfig // the same cluster, for the printed configuration
 		go SimulateControlPlanes(ctx, env.RESTConfig(), 2*time.Second, func(f string, a ...any) { logger.Warn(fmt.Sprintf(f, a...)) })
 	}
 	cfg.RunWorker = true
@@ -120,6 +125,9 @@ func Run(ctx context.Context, o Options) error {
 		}
 		cfg.VClusterChartDir = dirs
 	}
+	if o.ConfigOut != nil {
+		cfg.Print(o.ConfigOut)
+	}
 	a, err := app.New(ctx, cfg, opts)
 	if err != nil {
 		return err
@@ -127,14 +135,18 @@ func Run(ctx context.Context, o Options) error {
 	if err := Seed(ctx, a.API); err != nil {
 		return fmt.Errorf("seed demo data: %w", err)
 	}
-	printWalkthrough(o.Out, a.HTTPAddr(), a.GRPCAddr())
+	printWalkthrough(o.Out, a.HTTPAddr(), a.GRPCAddr(), a.MetricsAddr())
 	return a.Run(ctx)
 }
 
-func printWalkthrough(w io.Writer, httpAddr, grpcAddr string) {
+func printWalkthrough(w io.Writer, httpAddr, grpcAddr, metricsAddr string) {
 	base := "http://" + strings.Replace(httpAddr, "[::]", "localhost", 1)
+	metrics := ""
+	if metricsAddr != "" {
+		metrics = ", metrics http://" + strings.Replace(metricsAddr, "[::]", "localhost", 1) + "/metrics"
+	}
 	fmt.Fprintf(w, `
-gpuplane-dev is running: REST %s, gRPC %s
+gpuplane-dev is running: REST %s, gRPC %s%s
 Demo users: alice (platform admin), bob (owner of team-a), carol (member of team-a),
             dan (owner of team-b), erin (member of team-b), frank (admin of department research)
 
@@ -145,7 +157,7 @@ Try (in another terminal):
   curl -s -H "Authorization: Bearer $TOKEN" '%s/v1/auditEvents?pageSize=5'
   See README.md for the request -> approve walkthrough. Ctrl-C stops everything.
 
-`, base, grpcAddr, base, base, base)
+`, base, grpcAddr, metrics, base, base, base)
 }
 
 // FetchToken asks a running dev issuer for a demo user's ID token.

@@ -77,6 +77,9 @@ const (
 	ReasonInvalidPolicy     = "INVALID_POLICY"
 	ReasonSchemaBehind      = "SCHEMA_BEHIND"
 	ReasonInternal          = "INTERNAL"
+	// ReasonRequesterCannotDecide: separation of duties; the caller asked
+	// for the request and its department keeps requesters from deciding.
+	ReasonRequesterCannotDecide = "REQUESTER_CANNOT_DECIDE"
 	// ReasonIdentityProviderUnavailable: the token names a signing key we
 	// do not have and the identity provider cannot be asked for it now.
 	ReasonIdentityProviderUnavailable = "IDENTITY_PROVIDER_UNAVAILABLE"

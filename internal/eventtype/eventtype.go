@@ -80,6 +80,10 @@ var byAction = map[string]string{
 	"CreateRequest":  RequestCreated,
 	"ApproveRequest": RequestApproved,
 	"RejectRequest":  RequestRejected,
+	// A platform admin deciding their own request (separation of duties
+	// overridden) is the same change of state.
+	"ApproveOwnRequest": RequestApproved,
+	"RejectOwnRequest":  RequestRejected,
 	"CancelRequest":  RequestCancelled,
 	"RequestApplied": RequestApplied,
 	"RequestFailed":  RequestFailed,

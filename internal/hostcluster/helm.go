@@ -190,6 +190,20 @@ func (c *Client) EnsureRelease(ctx context.Context, vc VirtualCluster) (ReleaseR
 			}
 		}
 	}
+	if last != nil && status != rcommon.StatusUninstalled {
+		// helm upgrade refuses a release no revision of which was ever
+		// deployed (an install that failed, or whose clean-up above was
+		// itself interrupted, leaving it uninstalling): nothing in it is
+		// worth keeping, so it is discarded and installed from scratch.
+		if _, err := cfg.Releases.Deployed(name); errors.Is(err, driver.ErrNoDeployedReleases) {
+			if err := c.discardRelease(cfg, name, string(status)); err != nil {
+				return res, fmt.Errorf("hostcluster: release %s/%s was never deployed (%s) and could not be discarded: %w", ns, name, status, err)
+			}
+			last, status = nil, ""
+		} else if err != nil {
+			return res, fmt.Errorf("hostcluster: read deployed release %s/%s: %w", ns, name, err)
+		}
+	}
 
 	// Validated only when something will be sent: values that match the
 	// deployed hash were validated when they were deployed, and compiling
@@ -382,14 +396,9 @@ func (c *Client) recoverPending(cfg *action.Configuration, last helmrelease.Rele
 		return last, status, fmt.Errorf("unexpected release type %T", last)
 	}
 	if status == rcommon.StatusPendingInstall {
-		un := action.NewUninstall(cfg)
-		un.KeepHistory = false
-		un.WaitStrategy = kube.HookOnlyStrategy
-		un.DisableHooks = true
-		if _, err := un.Run(rel.Name); err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
+		if err := c.discardRelease(cfg, rel.Name, string(status)); err != nil {
 			return last, status, err
 		}
-		c.log.Warn("uninstalled a release left pending-install by an interrupted install", "release", rel.Name, "namespace", rel.Namespace)
 		return nil, "", nil
 	}
 	rel.SetStatus(rcommon.StatusFailed, "interrupted "+string(status)+"; marked failed by gpuplane to retry")
@@ -398,4 +407,18 @@ func (c *Client) recoverPending(cfg *action.Configuration, last helmrelease.Rele
 	}
 	c.log.Warn("marked a release left "+string(status)+" by an interrupted operation as failed", "release", rel.Name, "namespace", rel.Namespace)
 	return rel, rcommon.StatusFailed, nil
+}
+
+// discardRelease uninstalls a release that never became ready, with its
+// history and without hooks, so it is installed again from scratch.
+func (c *Client) discardRelease(cfg *action.Configuration, name, status string) error {
+	un := action.NewUninstall(cfg)
+	un.KeepHistory = false
+	un.WaitStrategy = kube.HookOnlyStrategy
+	un.DisableHooks = true
+	if _, err := un.Run(name); err != nil && !errors.Is(err, driver.ErrReleaseNotFound) {
+		return err
+	}
+	c.log.Warn("uninstalled a release that was never deployed ("+status+"), to install it again", "release", name)
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -262,13 +263,15 @@ func TestNewVerifierWaitsForIssuer(t *testing.T) {
 		started <- iss
 	}()
 
+	// Logf is called from the key set's fetch goroutine too.
+	var logMu sync.Mutex
 	var logged []string
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
 	defer cancel()
 	v, err := identity.NewVerifier(ctx, identity.VerifierConfig{
 		IssuerURL: "http://" + addr,
 		ClientID:  "gpuplane",
-		Logf:      func(f string, a ...any) { logged = append(logged, f) },
+		Logf:      func(f string, a ...any) { logMu.Lock(); logged = append(logged, f); logMu.Unlock() },
 	})
 	iss := <-started
 	if iss == nil {
@@ -278,9 +281,11 @@ func TestNewVerifierWaitsForIssuer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("NewVerifier: %v", err)
 	}
+	logMu.Lock()
 	if len(logged) == 0 {
 		t.Error("no progress logged while waiting")
 	}
+	logMu.Unlock()
 	if _, err := v.Verify(t.Context(), mint(t, iss, "alice", oidcdev.TokenOptions{})); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -45,6 +46,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(crashWorkerEnv); spec != "" {
+		os.Exit(runCrashWorker(spec)) // a worker process of TestWorkerProcessKilled
+	}
 	ctrllog.SetLogger(logr.Discard()) // envtest logs through controller-runtime
 	// client-go reports the killed workers' broken connections through klog.
 	klog.SetLogger(logr.Discard())

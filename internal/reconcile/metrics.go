@@ -36,6 +36,8 @@ type workerMetrics struct {
 	duration *prometheus.HistogramVec
 	steps    *prometheus.HistogramVec
 	inFlight prometheus.Gauge
+	// deadlines counts PROVISIONING -> DEGRADED at the provisioning deadline.
+	deadlines prometheus.Counter
 }
 
 type workerTelemetry struct {
@@ -67,12 +69,17 @@ func newWorkerTelemetry(reg prometheus.Registerer, tp trace.TracerProvider) *wor
 			Name: "gpuplane_reconcile_in_flight",
 			Help: "Reconcile jobs running now in this process.",
 		}),
+		deadlines: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpuplane_reconcile_provisioning_deadline_exceeded_total",
+			Help: "Virtual clusters moved from PROVISIONING to DEGRADED because they were not ready within the provisioning deadline.",
+		}),
 	}
 	if reg != nil {
 		m.jobs = register(reg, m.jobs)
 		m.duration = register(reg, m.duration)
 		m.steps = register(reg, m.steps)
 		m.inFlight = register(reg, m.inFlight)
+		m.deadlines = register(reg, m.deadlines)
 	}
 	return &workerTelemetry{m: m, tracer: telemetry.OrNoop(tp).Tracer(tracerName)}
 }

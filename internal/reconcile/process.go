@@ -17,6 +17,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/request"
 	"github.com/gpuplane/gpuplane/internal/store"
 	vcs "github.com/gpuplane/gpuplane/internal/virtualcluster"
+	"github.com/gpuplane/gpuplane/internal/workqueue"
 )
 
 var actor = reqctx.System("worker")
@@ -133,9 +134,20 @@ func (w *Worker) reconcile(ctx context.Context, cp *claim) error {
 	conds := conditions(d.vc.Conditions, obs, d.host, d.vc.Generation)
 	phase := vcs.PhaseProvisioning
 	msg := "waiting for: " + strings.Join(notReady(conds), ", ")
-	if obs.Ready() {
+	stuck := notReadySince(conds, time.Now().Add(-w.cfg.ProvisioningDeadline))
+	switch {
+	case obs.Ready():
 		phase, msg = vcs.PhaseReady, d.host.FractionalGPUsNotice()
-	} else if d.vc.Phase != vcs.PhaseProvisioning && d.vc.ObservedGeneration == d.vc.Generation {
+	case len(stuck) > 0:
+		// Past the deadline PROVISIONING would hide a control plane that
+		// never starts: DEGRADED says so, and the worker keeps looking.
+		phase = vcs.PhaseDegraded
+		msg = fmt.Sprintf("degraded: %s not ready for longer than the provisioning deadline (%s)", strings.Join(stuck, ", "), w.cfg.ProvisioningDeadline)
+		if d.vc.Phase == vcs.PhaseProvisioning {
+			w.tel.m.deadlines.Inc()
+			w.Log.Warn("provisioning deadline passed", "virtual_cluster", d.vc.ID, "not_ready", stuck, "deadline", w.cfg.ProvisioningDeadline)
+		}
+	case d.vc.Phase != vcs.PhaseProvisioning && d.vc.ObservedGeneration == d.vc.Generation:
 		phase = vcs.PhaseDegraded
 		msg = "degraded: " + strings.Join(notReady(conds), ", ") + " not ready"
 	}
@@ -242,6 +254,17 @@ func (w *Worker) finishDelete(ctx context.Context, d desiredState) error {
 // fail records a failed attempt: retried with backoff, or FAILED (with the
 // requests it carried) once attempts run out or the error is permanent.
 func (w *Worker) fail(ctx context.Context, c claim, cause error) error {
+	if hostUnreachable(cause) && !permanent(cause) {
+		// Never FAILED for it: an outage ends, and what was asked for is as
+		// valid as before. The backoff grows as for any failure, but the
+		// attempts stop at half of MaxAttempts, so a real failure after
+		// the outage still has retries left.
+		if err := w.hostOutage(ctx, c, cause); err != nil {
+			return err
+		}
+		limit := max(w.cfg.MaxAttempts/2, 1)
+		return workqueue.LaterCapped(ctx, w.DB, c.Claim, w.backoff(min(c.Attempts, limit)), truncate(cause.Error(), 2000), limit)
+	}
 	if c.Attempts < w.cfg.MaxAttempts && !permanent(cause) {
 		return w.later(ctx, c, w.backoff(c.Attempts), cause)
 	}
@@ -411,6 +434,17 @@ func conditionsFromSteps(prev []vcs.Condition, steps hostcluster.Steps, gen int6
 			out = append(out, setCondition(prev, typ, false, "ApplyFailed", oneLine(truncate(s.Err.Error(), 500)), gen))
 		} else {
 			out = append(out, setCondition(prev, typ, true, "Applied", s.Detail, gen))
+		}
+	}
+	return out
+}
+
+// notReadySince lists the conditions not ready since before t.
+func notReadySince(conds []vcs.Condition, t time.Time) []string {
+	var out []string
+	for _, c := range conds {
+		if c.Status != vcs.ConditionTrue && c.LastTransitionTime.Before(t) {
+			out = append(out, c.Type)
 		}
 	}
 	return out

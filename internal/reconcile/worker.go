@@ -28,6 +28,11 @@ type Host interface {
 	Delete(ctx context.Context, vc hostcluster.VirtualCluster) error
 }
 
+// DefaultProvisioningDeadline is Config.ProvisioningDeadline's default: a
+// vCluster control plane starts in a minute or two when its image is
+// cached; ten minutes leaves room for a pull.
+const DefaultProvisioningDeadline = 10 * time.Minute
+
 // Config tunes the worker.
 type Config struct {
 	// ID names this worker in leases; defaults to hostname-pid.
@@ -44,6 +49,11 @@ type Config struct {
 	Resync time.Duration
 	// MaxAttempts before a virtual cluster is marked FAILED.
 	MaxAttempts int
+	// ProvisioningDeadline is how long a virtual cluster may stay not
+	// ready (its control plane never starting, say) before it is DEGRADED,
+	// with what it waits for as the reason; the worker keeps looking, and
+	// it becomes READY when it gets there.
+	ProvisioningDeadline time.Duration
 	// BackoffBase and BackoffMax bound retry delays.
 	BackoffBase, BackoffMax time.Duration
 	// Metrics, when set, gets the worker's Prometheus metrics (metrics.go);
@@ -73,6 +83,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 8
+	}
+	if c.ProvisioningDeadline <= 0 {
+		c.ProvisioningDeadline = DefaultProvisioningDeadline
 	}
 	if c.BackoffBase <= 0 {
 		c.BackoffBase = time.Second

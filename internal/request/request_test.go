@@ -75,7 +75,7 @@ func (f *fixture) create(p request.Payload) (request.Request, error) {
 
 func (f *fixture) approve(r request.Request) (request.Request, error) {
 	return f.svc.Decide(f.ctx, r.ID, r.Department, "", func(ctx context.Context, tx *store.Tx, r *request.Request) error {
-		return f.svc.Approve(ctx, tx, r, alice, "ok")
+		return f.svc.Approve(ctx, tx, r, alice, true, "ok")
 	})
 }
 
@@ -201,7 +201,7 @@ func TestRejectAndCancel(t *testing.T) {
 	r, err := f.create(createVC("x", 1, nil))
 	f.must(err)
 	r, err = f.svc.Decide(f.ctx, r.ID, r.Department, "", func(ctx context.Context, tx *store.Tx, r *request.Request) error {
-		return f.svc.Reject(ctx, tx, r, alice, "no")
+		return f.svc.Reject(ctx, tx, r, alice, true, "no")
 	})
 	f.must(err)
 	if vc, _ := virtualcluster.Get(f.ctx, f.db, "x", false); r.State != request.StateRejected || vc.Phase != virtualcluster.PhaseRejected {

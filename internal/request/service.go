@@ -122,14 +122,48 @@ func (s *Service) Decide(ctx context.Context, id, dept, etag string, apply func(
 	return out, err
 }
 
-// Approve approves r as a person (decider = actor).
-func (s *Service) Approve(ctx context.Context, tx *store.Tx, r *Request, actor reqctx.Principal, reason string) error {
-	return s.approve(ctx, tx, r, actor, actor.Subject, reason, "")
+// Approve approves r as a person (decider = actor). platformAdmin: the
+// actor may override separation of duties (separationOfDuties).
+func (s *Service) Approve(ctx context.Context, tx *store.Tx, r *Request, actor reqctx.Principal, platformAdmin bool, reason string) error {
+	action, err := separationOfDuties(ctx, tx, r, actor, platformAdmin, "approve")
+	if err != nil {
+		return err
+	}
+	return s.approve(ctx, tx, r, actor, actor.Subject, reason, "", action)
 }
 
-// Reject rejects a pending request.
-func (s *Service) Reject(ctx context.Context, tx *store.Tx, r *Request, actor reqctx.Principal, reason string) error {
-	return s.close(ctx, tx, r, actor, StateRejected, reason, "RejectRequest")
+// Reject rejects a pending request; platformAdmin as for Approve.
+func (s *Service) Reject(ctx context.Context, tx *store.Tx, r *Request, actor reqctx.Principal, platformAdmin bool, reason string) error {
+	action, err := separationOfDuties(ctx, tx, r, actor, platformAdmin, "reject")
+	if err != nil {
+		return err
+	}
+	return s.close(ctx, tx, r, actor, StateRejected, reason, strings.Replace(action, "Approve", "Reject", 1))
+}
+
+// separationOfDuties refuses a decision by the request's requester when
+// the department keeps requesters from deciding (requester_cannot_decide,
+// the default). A platform admin may still decide their own request: the
+// audit action is then ApproveOwnRequest (RejectOwnRequest), so overrides
+// are found with one filter. Returns the audit action of an approval.
+func separationOfDuties(ctx context.Context, tx *store.Tx, r *Request, actor reqctx.Principal, platformAdmin bool, verb string) (string, error) {
+	if r.Requester != actor.Subject {
+		return "ApproveRequest", nil
+	}
+	dept, err := tenancy.GetDepartment(ctx, tx, r.Department, false)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case !dept.RequesterCannotDecide:
+		return "ApproveRequest", nil
+	case platformAdmin:
+		return "ApproveOwnRequest", nil
+	}
+	return "", errs.New(errs.KindPermissionDenied, errs.ReasonRequesterCannotDecide,
+		"you asked for %s, so you may not %s it: %s keeps requesters from deciding their own requests "+
+			"(separation of duties); another admin of the department or a platform admin must", r.Name(), verb, dept.Name()).
+		With("request", r.Name()).With("department", dept.Name())
 }
 
 // Cancel cancels a pending request on its requester's behalf.
@@ -173,7 +207,7 @@ func (s *Service) close(ctx context.Context, tx *store.Tx, r *Request, actor req
 // approve moves a pending request to APPROVED and makes its change in the
 // database, enqueueing host-cluster work in the same transaction. The caller
 // holds the department lock and the request row lock.
-func (s *Service) approve(ctx context.Context, tx *store.Tx, r *Request, actor reqctx.Principal, decider, reason, policyID string) error {
+func (s *Service) approve(ctx context.Context, tx *store.Tx, r *Request, actor reqctx.Principal, decider, reason, policyID, action string) error {
 	if !r.State.CanMoveTo(StateApproved) {
 		return transitionError(r.Name(), r.State, StateApproved)
 	}
@@ -224,13 +258,13 @@ func (s *Service) approve(ctx context.Context, tx *store.Tx, r *Request, actor r
 	}
 	*r = row
 	if !applied {
-		return record(ctx, tx, actor, "ApproveRequest", r.Name(), "", *r, before, r.Snapshot())
+		return record(ctx, tx, actor, action, r.Name(), "", *r, before, r.Snapshot())
 	}
 	// Team quota changes take effect with the decision: APPROVED and
 	// APPLIED in one transaction, each a legal step of the state machine
 	// with its own event.
 	approved := r.Snapshot()
-	if err := record(ctx, tx, actor, "ApproveRequest", r.Name(), "", *r, before, approved); err != nil {
+	if err := record(ctx, tx, actor, action, r.Name(), "", *r, before, approved); err != nil {
 		return err
 	}
 	if row, err = setState(ctx, tx, r.ID, StateApplied); err != nil {
@@ -306,7 +340,7 @@ func (s *Service) autoApprove(ctx context.Context, tx *store.Tx, r *Request, tea
 			continue
 		}
 		actor := reqctx.System("policy/" + p.ID)
-		err = s.approve(ctx, tx, r, actor, "policy:"+p.ID, "auto-approved by "+names.ApprovalPolicy(p.ID), p.ID)
+		err = s.approve(ctx, tx, r, actor, "policy:"+p.ID, "auto-approved by "+names.ApprovalPolicy(p.ID), p.ID, "ApproveRequest")
 		if err == nil {
 			return nil
 		}
@@ -439,7 +473,7 @@ func (s *Service) ExpireVirtualClusters(ctx context.Context) (int, error) {
 			if err := record(ctx, tx, actor, "CreateRequest", row.Name(), "", row, nil, row.Snapshot()); err != nil {
 				return err
 			}
-			return s.approve(ctx, tx, &row, actor, actor.Subject, "virtual cluster expired", "")
+			return s.approve(ctx, tx, &row, actor, actor.Subject, "virtual cluster expired", "", "ApproveRequest")
 		})
 		if err == nil && !done {
 			n++ // counted once committed: InTx may run the callback again

@@ -17,3 +17,7 @@ func CORSHandlerForTest(c CORSConfig) func(origin string) http.Header {
 		return rec.Header()
 	}
 }
+
+// HTTPHandler is the public HTTP listener's handler (fuzzing without a
+// socket).
+func HTTPHandler(s *Server) http.Handler { return s.http.Handler }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gpuplane/gpuplane/internal/errs"
 	"github.com/gpuplane/gpuplane/internal/identity"
@@ -86,8 +87,13 @@ func (s *Server) unaryChain(ctx context.Context, req any, info *grpc.UnaryServer
 	if ctx, err = c.authenticate(ctx); err != nil {
 		return nil, err
 	}
+	if m, ok := req.(proto.Message); ok {
+		if err := checkText(m, false); err != nil { // textcheck.go
+			return nil, toStatus(ctx, c.log, err)
+		}
+	}
 	resp, err = handler(ctx, req)
-	return resp, toStatus(ctx, c.log, err)
+	return resp, toStatus(ctx, c.log, c.s.classify(err))
 }
 
 // call is one RPC on its way through the interceptors.

@@ -16,6 +16,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 	"github.com/gpuplane/gpuplane/internal/apptest"
@@ -100,6 +102,11 @@ func TestMetricsEndpoint(t *testing.T) {
 	if _, err := e.Teams.ListTeams(e.As(t, "bob"), &pb.ListTeamsRequest{}); err != nil {
 		t.Fatal(err)
 	}
+	// REST calls without a token stop before the gateway (the HTTP metrics
+	// count them); gRPC ones reach the interceptor.
+	if _, err := e.Teams.ListTeams(context.Background(), &pb.ListTeamsRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("gRPC list teams without a token: %v", err)
+	}
 	scrape(t, e.HTTPBase+"/healthz")
 	scrape(t, e.HTTPBase+"/openapi.json")
 	asked := e.Do(t, "bob", "POST", "/v1/requests", map[string]any{
@@ -119,7 +126,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	var body []byte
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		body = scrape(t, e.HTTPBase+"/metrics")
+		body = scrape(t, e.MetricsBase+"/metrics")
 		mfs = parseMetrics(t, body)
 		if mf := mfs["gpuplane_reconcile_total"]; mf != nil {
 			break
@@ -144,24 +151,25 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	counter, gauge, histogram := dto.MetricType_COUNTER, dto.MetricType_GAUGE, dto.MetricType_HISTOGRAM
 	want := map[string]family{
-		"gpuplane_grpc_server_handled_total":              {counter, []string{"code", "method"}},
-		"gpuplane_grpc_server_handling_seconds":           {histogram, []string{"code", "method"}},
-		"gpuplane_http_server_requests_total":             {counter, []string{"code", "method", "route"}},
-		"gpuplane_http_server_request_duration_seconds":   {histogram, []string{"method", "route"}},
-		"gpuplane_reconcile_queue_depth":                  {gauge, nil},
-		"gpuplane_reconcile_queue_due":                    {gauge, nil},
-		"gpuplane_reconcile_queue_leased":                 {gauge, nil},
-		"gpuplane_reconcile_queue_oldest_due_age_seconds": {gauge, nil},
-		"gpuplane_reconcile_total":                        {counter, []string{"kind", "outcome"}},
-		"gpuplane_reconcile_duration_seconds":             {histogram, []string{"kind", "outcome"}},
-		"gpuplane_reconcile_step_duration_seconds":        {histogram, []string{"step"}},
-		"gpuplane_reconcile_in_flight":                    {gauge, nil},
-		"gpuplane_virtual_clusters":                       {gauge, []string{"phase"}},
-		"gpuplane_requests":                               {gauge, []string{"state"}},
-		"gpuplane_team_quota":                             {gauge, []string{"resource", "team"}},
-		"gpuplane_team_allocated":                         {gauge, []string{"resource", "team"}},
-		"gpuplane_metrics_query_up":                       {gauge, []string{"query"}},
-		"gpuplane_metrics_query_duration_seconds":         {gauge, []string{"query"}},
+		"gpuplane_grpc_server_handled_total":                      {counter, []string{"code", "method"}},
+		"gpuplane_grpc_server_handling_seconds":                   {histogram, []string{"code", "method"}},
+		"gpuplane_http_server_requests_total":                     {counter, []string{"code", "method", "route"}},
+		"gpuplane_http_server_request_duration_seconds":           {histogram, []string{"method", "route"}},
+		"gpuplane_reconcile_queue_depth":                          {gauge, nil},
+		"gpuplane_reconcile_queue_due":                            {gauge, nil},
+		"gpuplane_reconcile_queue_leased":                         {gauge, nil},
+		"gpuplane_reconcile_queue_oldest_due_age_seconds":         {gauge, nil},
+		"gpuplane_reconcile_total":                                {counter, []string{"kind", "outcome"}},
+		"gpuplane_reconcile_duration_seconds":                     {histogram, []string{"kind", "outcome"}},
+		"gpuplane_reconcile_step_duration_seconds":                {histogram, []string{"step"}},
+		"gpuplane_reconcile_in_flight":                            {gauge, nil},
+		"gpuplane_reconcile_provisioning_deadline_exceeded_total": {counter, nil},
+		"gpuplane_virtual_clusters":                               {gauge, []string{"phase"}},
+		"gpuplane_requests":                                       {gauge, []string{"state"}},
+		"gpuplane_team_quota":                                     {gauge, []string{"resource", "team"}},
+		"gpuplane_team_allocated":                                 {gauge, []string{"resource", "team"}},
+		"gpuplane_metrics_query_up":                               {gauge, []string{"query"}},
+		"gpuplane_metrics_query_duration_seconds":                 {gauge, []string{"query"}},
 	}
 	var listing []string
 	for name, mf := range mfs {

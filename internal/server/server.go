@@ -17,7 +17,6 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -29,6 +28,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/api"
 	gpuplanev1 "github.com/gpuplane/gpuplane/api/gpuplane/v1"
+	"github.com/gpuplane/gpuplane/internal/telemetry"
 )
 
 // Config is what the server needs; internal/app fills it.
@@ -37,9 +37,19 @@ type Config struct {
 	// GRPCListener, when set, is used instead of listening on GRPCAddr
 	// (internal/app listens first: kubeconfigs name the bound address).
 	GRPCListener net.Listener
-	HTTPAddr     string // e.g. ":8080"
-	Logger       *slog.Logger
-	Auth         Authenticator
+	HTTPAddr     string // e.g. ":8080"; public: nothing on it names tenants
+	// MetricsAddr serves /metrics (and /healthz) privately (metrics name
+	// every team); "" serves no metrics.
+	MetricsAddr string
+	// MaxRequestBytes bounds REST bodies (413 past it) and gRPC messages;
+	// 0 is DefaultMaxRequestBytes.
+	MaxRequestBytes int64
+	Logger          *slog.Logger
+	Auth            Authenticator
+	// Classify turns storage errors into domain errors before toStatus
+	// maps them (store.Classify: by SQLSTATE and error type, e.g. an
+	// unreachable database is UNAVAILABLE); nil leaves errors as they are.
+	Classify func(error) error
 	// Ready reports whether the server can serve (database reachable, schema
 	// current); nil error = ready.
 	Ready    func(ctx context.Context) error
@@ -69,15 +79,19 @@ type Services struct {
 
 // Server owns both listeners.
 type Server struct {
-	log     *slog.Logger
-	auth    Authenticator
-	metrics *metrics
-	grpc    *grpc.Server
-	health  *health.Server
-	http    *http.Server
-	gwConn  *grpc.ClientConn
-	lisGRPC net.Listener
-	lisHTTP net.Listener
+	log      *slog.Logger
+	auth     Authenticator
+	classify func(error) error
+	metrics  *metrics
+	grpc     *grpc.Server
+	health   *health.Server
+	http     *http.Server
+	gwConn   *grpc.ClientConn
+	lisGRPC  net.Listener
+	lisHTTP  net.Listener
+	// metricsHTTP and lisMetrics are nil without Config.MetricsAddr.
+	metricsHTTP *http.Server
+	lisMetrics  net.Listener
 }
 
 // New listens on both addresses and wires everything; Serve starts serving.
@@ -88,7 +102,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	s := &Server{log: cfg.Logger, auth: cfg.Auth, metrics: newMetrics(cfg.Registry)}
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if cfg.Classify == nil {
+		cfg.Classify = func(err error) error { return err }
+	}
+	s := &Server{log: cfg.Logger, auth: cfg.Auth, classify: cfg.Classify, metrics: newMetrics(cfg.Registry)}
 	var err error
 	if s.lisGRPC = cfg.GRPCListener; s.lisGRPC == nil {
 		if s.lisGRPC, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
@@ -99,10 +119,17 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.lisGRPC.Close()
 		return nil, fmt.Errorf("listen HTTP on %s: %w", cfg.HTTPAddr, err)
 	}
+	if cfg.MetricsAddr != "" {
+		if s.lisMetrics, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+			s.closeListeners()
+			return nil, fmt.Errorf("listen metrics on %s: %w", cfg.MetricsAddr, err)
+		}
+		s.metricsHTTP = telemetry.NewMetricsServer(cfg.Registry, cfg.Logger)
+	}
 	s.lisGRPC = newDrainListener(s.lisGRPC) // see Shutdown
 
 	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.unaryChain, annotateSpan), grpc.ChainStreamInterceptor(s.streamChain),
-		grpc.MaxRecvMsgSize(4<<20), grpcServerTracing(cfg.TracerProvider))
+		grpc.MaxRecvMsgSize(int(cfg.MaxRequestBytes)), grpcServerTracing(cfg.TracerProvider))
 	svc := cfg.Services
 	gpuplanev1.RegisterDepartmentServiceServer(s.grpc, svc.Departments)
 	gpuplanev1.RegisterTeamServiceServer(s.grpc, svc.Teams)
@@ -123,7 +150,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// No idle timeout: the connection must stay up while Shutdown drains,
 	// when the gRPC port no longer accepts new connections.
 	s.gwConn, err = grpc.NewClient(s.lisGRPC.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithIdleTimeout(0), grpcClientTracing(cfg.TracerProvider))
+		grpc.WithIdleTimeout(0), grpcClientTracing(cfg.TracerProvider), grpc.WithChainUnaryInterceptor(s.checkTextClient))
 	if err != nil {
 		s.closeListeners()
 		return nil, fmt.Errorf("dial own gRPC port: %w", err)
@@ -173,7 +200,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("openapi document: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", gw)
+	mux.Handle("/v1/", s.guardREST(gw, cfg.MaxRequestBytes, gw))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprintln(w, "ok")
@@ -191,7 +218,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /openapi.yaml", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(openapiYAML)
@@ -218,24 +244,39 @@ func (s *Server) GRPCAddr() string { return s.lisGRPC.Addr().String() }
 // HTTPAddr is the bound HTTP address.
 func (s *Server) HTTPAddr() string { return s.lisHTTP.Addr().String() }
 
-// Serve blocks until both servers stop; it returns the first failure.
+// MetricsAddr is the bound metrics address ("" without one).
+func (s *Server) MetricsAddr() string {
+	if s.lisMetrics == nil {
+		return ""
+	}
+	return s.lisMetrics.Addr().String()
+}
+
+// Serve blocks until every server stops; it returns the first failure.
 func (s *Server) Serve() error {
-	errc := make(chan error, 2)
+	servers := 2
+	errc := make(chan error, 3)
 	go func() { errc <- s.grpc.Serve(s.lisGRPC) }()
-	go func() {
-		err := s.http.Serve(s.lisHTTP)
+	serveHTTP := func(srv *http.Server, lis net.Listener) {
+		err := srv.Serve(lis)
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}
 		errc <- err
-	}()
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	first := <-errc
-	second := <-errc
-	if first != nil {
-		return first
 	}
-	return second
+	go serveHTTP(s.http, s.lisHTTP)
+	if s.metricsHTTP != nil {
+		servers++
+		go serveHTTP(s.metricsHTTP, s.lisMetrics)
+	}
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	var first error
+	for range servers {
+		if err := <-errc; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // Shutdown stops accepting calls and lets in-flight ones finish until ctx
@@ -256,10 +297,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.grpc.Stop()
 	}
 	s.gwConn.Close()
+	if s.metricsHTTP != nil {
+		// Last, so scrapes see the shutdown through.
+		_ = s.metricsHTTP.Shutdown(ctx)
+	}
 	return herr
 }
 
 func (s *Server) closeListeners() {
 	s.lisGRPC.Close()
 	s.lisHTTP.Close()
+	if s.lisMetrics != nil {
+		s.lisMetrics.Close()
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // Streaming calls (Watch) pass the same chain as unary ones: request id,
@@ -23,17 +24,28 @@ func (s *Server) streamChain(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	}
 	annotate(ctx)
 	err = handler(srv, &contextStream{ServerStream: ss, ctx: ctx})
-	return toStatus(ctx, c.log, err)
+	return toStatus(ctx, c.log, s.classify(err))
 }
 
 // contextStream carries the chain's context (principal, request id) to
-// the handler.
+// the handler, and gives received messages the same text check as unary
+// requests (textcheck.go).
 type contextStream struct {
 	grpc.ServerStream
 	ctx context.Context
 }
 
 func (s *contextStream) Context() context.Context { return s.ctx }
+
+func (s *contextStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if pm, ok := m.(proto.Message); ok {
+		return checkText(pm, false)
+	}
+	return nil
+}
 
 // isStreamRoute: the REST routes of server-streaming RPCs (the ":watch"
 // custom methods).

@@ -1,8 +1,12 @@
 package store
 
 import (
+	"context"
 	"errors"
+	"io"
+	"net"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -14,6 +18,19 @@ import (
 // PostgreSQL kept aborting (serialization failure or deadlock) until InTx
 // ran out of attempts. The client may retry the whole request.
 const ReasonConcurrencyConflict = "CONCURRENCY_CONFLICT"
+
+// ReasonDatabaseUnavailable is the ErrorInfo reason of a call that could
+// not reach PostgreSQL (down, restarting, refusing connections); the client
+// retries after RetryInfo's delay (Retry-After over HTTP).
+const ReasonDatabaseUnavailable = "DATABASE_UNAVAILABLE"
+
+// UnavailableRetryAfter is the retry hint of ReasonDatabaseUnavailable.
+const UnavailableRetryAfter = time.Second
+
+// ReasonParentGone is the ErrorInfo reason of a write that referred to a
+// resource deleted by a concurrent call (a member or request for a team
+// deleted meanwhile).
+const ReasonParentGone = "PARENT_NOT_FOUND"
 
 // Metadata keys set by Classify.
 const (
@@ -41,6 +58,29 @@ func ConstraintName(err error) string {
 	return ""
 }
 
+// IsUnavailable reports whether err means the database could not be used
+// at all: no connection (refused, reset, closed, timed out), PostgreSQL
+// class 08 (connection exception), shutting down or starting up (57P01,
+// 57P02, 57P03) or out of connection slots (53300). Classified by type and
+// SQLSTATE, never by message text; context cancellation is not one.
+func IsUnavailable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	switch code := SQLState(err); {
+	case strings.HasPrefix(code, "08"),
+		code == pgerrcode.AdminShutdown, code == pgerrcode.CrashShutdown, code == pgerrcode.CannotConnectNow,
+		code == pgerrcode.TooManyConnections:
+		return true
+	case code != "":
+		return false
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connectErr) || errors.As(err, &netErr) || errors.Is(err, pgconn.ErrConnClosed) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+}
+
 // IsRetryable reports whether err means the transaction lost a race
 // (serialization failure or deadlock) and may succeed if run again.
 func IsRetryable(err error) bool {
@@ -56,6 +96,11 @@ func IsRetryable(err error) bool {
 // API callers, who know nothing of our constraint names; callers that know
 // better (via ConstraintName) should build their own error instead.
 //
+// A database that cannot be reached is UNAVAILABLE with a retry hint
+// (IsUnavailable); a foreign-key violation is NOT_FOUND: the parent of what
+// was written vanished meanwhile (deletes that find children say so
+// themselves, as HAS_DEPENDENTS).
+//
 // nil, errors already classified, context cancellation (including 57014
 // query_canceled) and SQLSTATEs without an obvious client-facing meaning are
 // returned unchanged.
@@ -65,6 +110,10 @@ func Classify(err error) error {
 	}
 	if _, ok := errs.As(err); ok {
 		return err
+	}
+	if IsUnavailable(err) {
+		return errs.Wrap(err, errs.KindUnavailable, ReasonDatabaseUnavailable,
+			"the database is unavailable; retry shortly").WithRetryAfter(UnavailableRetryAfter)
 	}
 	pgErr, ok := pgError(err)
 	if !ok {
@@ -76,13 +125,13 @@ func Classify(err error) error {
 	case code == pgerrcode.UniqueViolation:
 		e = errs.Wrap(err, errs.KindAlreadyExists, errs.ReasonAlreadyExists, "resource already exists")
 	case code == pgerrcode.ForeignKeyViolation:
-		// PostgreSQL reports both "row still referenced" (delete/update of a
+		// PostgreSQL reports both "row still referenced" (delete of a
 		// parent) and "referenced row missing" (insert of a child) as 23503.
-		// The former is what a well-behaved API caller can run into, as we
-		// check parents before inserting; callers with better knowledge
-		// override via ConstraintName.
-		e = errs.Wrap(err, errs.KindFailedPrecondition, errs.ReasonHasChildren,
-			"resource is referenced by other resources")
+		// Deletes check for children under lock and name them themselves
+		// (HAS_DEPENDENTS); what reaches here is a write whose parent was
+		// checked and then deleted by a concurrent call before the commit.
+		e = errs.Wrap(err, errs.KindNotFound, ReasonParentGone,
+			"a resource this one belongs to was deleted meanwhile")
 	case code == pgerrcode.CheckViolation:
 		e = errs.Wrap(err, errs.KindInvalidArgument, errs.ReasonInvalidField, "value violates a constraint")
 	case code == pgerrcode.NotNullViolation:

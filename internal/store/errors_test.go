@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 
@@ -34,8 +35,9 @@ func TestClassifyRealErrors(t *testing.T) {
 		column     string
 	}{
 		{"unique", `INSERT INTO parent VALUES (2, 'a')`, errs.KindAlreadyExists, errs.ReasonAlreadyExists, "parent_name_key", ""},
-		{"fk delete parent", `DELETE FROM parent WHERE id = 1`, errs.KindFailedPrecondition, errs.ReasonHasChildren, "child_parent_fk", ""},
-		{"fk missing parent", `INSERT INTO child VALUES (2, 99, 0)`, errs.KindFailedPrecondition, errs.ReasonHasChildren, "child_parent_fk", ""},
+		// A parent deleted under a child being written: NOT_FOUND, never
+		// INTERNAL. (Deletes that meet children say so themselves.)
+		{"fk missing parent", `INSERT INTO child VALUES (2, 99, 0)`, errs.KindNotFound, store.ReasonParentGone, "child_parent_fk", ""},
 		{"check", `INSERT INTO child VALUES (3, 1, -1)`, errs.KindInvalidArgument, errs.ReasonInvalidField, "child_gpus_nonneg", ""},
 		{"not null", `INSERT INTO parent VALUES (3, NULL)`, errs.KindInvalidArgument, errs.ReasonInvalidField, "", "name"},
 		{"invalid text", `SELECT 'nope'::uuid`, errs.KindInvalidArgument, errs.ReasonInvalidField, "", ""},
@@ -132,5 +134,66 @@ func TestClassifyRetryable(t *testing.T) {
 	}
 	if store.SQLState(errors.New("x")) != "" || store.ConstraintName(nil) != "" {
 		t.Error("helpers should return empty strings for non-Postgres errors")
+	}
+}
+
+// TestClassifyUnavailable: a database that cannot be used is UNAVAILABLE
+// with a retry hint, told apart by error type and SQLSTATE: a refused
+// connection, a backend terminated under a session (57P01), the closed
+// connection afterwards, and the SQLSTATEs of a starting, stopping or full
+// server. Errors of a working database are not.
+func TestClassifyUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	pool := storetest.Pool(t)
+	unavailable := func(t *testing.T, what string, raw error) {
+		t.Helper()
+		if raw == nil {
+			t.Fatalf("%s: no error", what)
+		}
+		if !store.IsUnavailable(raw) {
+			t.Errorf("%s: IsUnavailable(%v) = false", what, raw)
+		}
+		e, ok := errs.As(store.Classify(fmt.Errorf("repo: %w", raw)))
+		if !ok || e.Kind != errs.KindUnavailable || e.Reason != store.ReasonDatabaseUnavailable || e.RetryAfter <= 0 {
+			t.Errorf("%s: Classify(%v) = %#v", what, raw, e)
+		}
+	}
+
+	// Nothing listens on a port that was just closed.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	_, raw := store.Open(ctx, "postgres://nobody@"+addr+"/none?connect_timeout=2", 1)
+	unavailable(t, "refused connection", raw)
+
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	var pid int
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+		t.Fatal(err)
+	}
+	_, raw = conn.Exec(ctx, "SELECT 1")
+	unavailable(t, "terminated backend", raw)
+	_, raw = conn.Exec(ctx, "SELECT 1")
+	unavailable(t, "closed connection", raw)
+
+	for _, code := range []string{"08006", "08001", "57P01", "57P02", "57P03", "53300"} {
+		unavailable(t, code, &pgconn.PgError{Code: code})
+	}
+	for _, raw := range []error{&pgconn.PgError{Code: "23505"}, &pgconn.PgError{Code: "57014"}, context.Canceled,
+		fmt.Errorf("x: %w", context.DeadlineExceeded), errors.New("plain")} {
+		if store.IsUnavailable(raw) {
+			t.Errorf("IsUnavailable(%v) = true", raw)
+		}
 	}
 }

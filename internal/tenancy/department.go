@@ -16,11 +16,17 @@ import (
 
 // Department is a stored department: a budget and its admins.
 type Department struct {
-	ID, DisplayName  string
-	Budget           quota.Resources
-	AdminGroups      []string
-	Version          int64
-	Created, Updated time.Time
+	// UID names this incarnation: a department created later with the
+	// same id gets another, and none of this one's audit history.
+	UID             string
+	ID, DisplayName string
+	Budget          quota.Resources
+	AdminGroups     []string
+	// RequesterCannotDecide: a request's requester may not approve or
+	// reject it (separation of duties); platform admins may override.
+	RequesterCannotDecide bool
+	Version               int64
+	Created, Updated      time.Time
 }
 
 // Name is the API resource name.
@@ -34,15 +40,18 @@ type departmentJSON struct {
 	DisplayName string           `json:"display_name,omitempty"`
 	QuotaBudget *jsonshape.Quota `json:"quota_budget,omitempty"`
 	AdminGroups []string         `json:"admin_groups,omitempty"`
-	Etag        string           `json:"etag,omitempty"`
-	CreateTime  *jsonshape.Time  `json:"create_time,omitempty"`
-	UpdateTime  *jsonshape.Time  `json:"update_time,omitempty"`
+	UID         string           `json:"uid,omitempty"`
+	// Always present: false is a setting worth seeing in the audit log.
+	RequesterCannotDecide bool            `json:"requester_cannot_decide"`
+	Etag                  string          `json:"etag,omitempty"`
+	CreateTime            *jsonshape.Time `json:"create_time,omitempty"`
+	UpdateTime            *jsonshape.Time `json:"update_time,omitempty"`
 }
 
 // Snapshot renders d as the API does (the Department message), for audit.
 func (d Department) Snapshot() any {
 	return departmentJSON{Name: d.Name(), DisplayName: d.DisplayName, QuotaBudget: jsonshape.QuotaOf(d.Budget),
-		AdminGroups: d.AdminGroups, Etag: d.Etag(), CreateTime: &jsonshape.Time{Time: d.Created}, UpdateTime: &jsonshape.Time{Time: d.Updated}}
+		AdminGroups: d.AdminGroups, UID: d.UID, RequesterCannotDecide: d.RequesterCannotDecide, Etag: d.Etag(), CreateTime: &jsonshape.Time{Time: d.Created}, UpdateTime: &jsonshape.Time{Time: d.Updated}}
 }
 
 // CreateDepartment stores a department whose budget fits the cluster.

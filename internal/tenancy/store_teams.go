@@ -16,7 +16,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/virtualcluster"
 )
 
-const teamColumns = `id, department_id, display_name, isolation_tier, node_pool, gpu_centi, cpu_millis, memory_bytes, version, create_time, update_time`
+const teamColumns = `uid, id, department_id, display_name, isolation_tier, node_pool, gpu_centi, cpu_millis, memory_bytes, version, create_time, update_time`
 
 // poolConstraint is the unique index that keeps a dedicated node pool to
 // one team (migration 4).
@@ -24,7 +24,7 @@ const poolConstraint = "teams_dedicated_node_pool"
 
 func scanTeam(row pgx.Row) (Team, error) {
 	var t Team
-	err := row.Scan(&t.ID, &t.Department, &t.DisplayName, &t.Tier, &t.Pool, &t.Quota.GPU, &t.Quota.CPUMillis,
+	err := row.Scan(&t.UID, &t.ID, &t.Department, &t.DisplayName, &t.Tier, &t.Pool, &t.Quota.GPU, &t.Quota.CPUMillis,
 		&t.Quota.MemoryBytes, &t.Version, &t.Created, &t.Updated)
 	return t, err
 }

@@ -73,6 +73,9 @@ func poolTaken(field, pool string) error {
 
 // Team is a stored team.
 type Team struct {
+	// UID names this incarnation: a team created later with the same id
+	// gets another, and its members do not read this one's history.
+	UID                         string
 	ID, Department, DisplayName string
 	Tier                        Tier
 	// Pool is the team's node pool: names.SharedPool for SHARED teams,
@@ -99,13 +102,14 @@ type teamJSON struct {
 	CreateTime    *jsonshape.Time  `json:"create_time,omitempty"`
 	UpdateTime    *jsonshape.Time  `json:"update_time,omitempty"`
 	NodePool      string           `json:"node_pool,omitempty"`
+	UID           string           `json:"uid,omitempty"`
 }
 
 // Snapshot renders t as the API does (the Team message), for audit.
 func (t Team) Snapshot() any {
 	return teamJSON{Name: t.Name(), Department: names.Department(t.Department), DisplayName: t.DisplayName,
 		IsolationTier: t.Tier, Quota: jsonshape.QuotaOf(t.Quota), Etag: t.Etag(),
-		CreateTime: &jsonshape.Time{Time: t.Created}, UpdateTime: &jsonshape.Time{Time: t.Updated}, NodePool: t.Pool}
+		CreateTime: &jsonshape.Time{Time: t.Created}, UpdateTime: &jsonshape.Time{Time: t.Updated}, NodePool: t.Pool, UID: t.UID}
 }
 
 // CreateTeam stores a team whose quota fits its department's budget and

@@ -15,7 +15,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/store/filter"
 )
 
-const columns = `id, team_id, display_name, gpu_centi, cpu_millis, memory_bytes,
+const columns = `uid, id, team_id, display_name, gpu_centi, cpu_millis, memory_bytes,
 	limit_gpu_centi, limit_cpu_millis, limit_memory_bytes, over_quota_weight, priority, allow_fractional_gpus,
 	kubernetes_version, chart_version, expire_time, phase, conditions, generation, observed_generation,
 	endpoint, status_message, alloc_gpu_centi, alloc_cpu_millis, alloc_memory_bytes, version, create_time, update_time`
@@ -27,12 +27,16 @@ var (
 	gonePhases       = PhasesWhere(Phase.IsGone)
 )
 
+// GonePhases are the phases of a virtual cluster that is gone, as an SQL
+// array argument (audit finds a virtual cluster's current incarnation).
+var GonePhases = gonePhases
+
 func scan(row pgx.Row) (VirtualCluster, error) {
 	var v VirtualCluster
 	var lg, lc, lm *int64
 	var conds []byte
 	s := &v.Spec
-	err := row.Scan(&v.ID, &v.Team, &s.DisplayName, &s.Quota.GPU, &s.Quota.CPUMillis, &s.Quota.MemoryBytes,
+	err := row.Scan(&v.UID, &v.ID, &v.Team, &s.DisplayName, &s.Quota.GPU, &s.Quota.CPUMillis, &s.Quota.MemoryBytes,
 		&lg, &lc, &lm, &s.OverQuotaWeight, &s.Priority, &s.AllowFractionalGPUs,
 		&s.KubernetesVersion, &s.ChartVersion, &s.ExpireTime, &v.Phase, &conds, &v.Generation, &v.ObservedGeneration,
 		&v.Endpoint, &v.StatusMessage, &v.Allocated.GPU, &v.Allocated.CPUMillis, &v.Allocated.MemoryBytes,
@@ -55,18 +59,38 @@ func limitColumns(l *quota.Resources) (g, c, m *int64) {
 	return &gg, &cc, &mm
 }
 
-// Get reads a virtual cluster by id; lock takes a row lock (in a Tx).
+// An id names several rows once it has been used again: at most one that
+// is not gone (a unique index, migration 6) and the gone ones before it,
+// each with its team. The current incarnation of an id is the one that is
+// not gone, else the newest gone one; the single-row statements below all
+// address it, so the history of other incarnations (other teams' rows
+// included) is never changed.
+const currentOrder = ` ORDER BY phase = ANY($2), create_time DESC, uid LIMIT 1`
+
+// currentUID is a subquery for the current incarnation of id $1 ($2 is
+// gonePhases).
+const currentUID = `(SELECT uid FROM virtual_clusters WHERE id = $1` + currentOrder + `)`
+
+// Get reads the current incarnation of a virtual cluster id; lock takes a
+// row lock (in a Tx).
 func Get(ctx context.Context, q store.Querier, id string, lock bool) (VirtualCluster, error) {
-	return store.GetOne(ctx, q, `SELECT `+columns+` FROM virtual_clusters WHERE id = $1`, lock, scan, errs.NotFound("virtual cluster "+id), id)
+	return store.GetOne(ctx, q, `SELECT `+columns+` FROM virtual_clusters WHERE id = $1`+currentOrder, lock, scan,
+		errs.NotFound("virtual cluster "+id), id, gonePhases)
 }
 
-// InsertPending stores a requested virtual cluster in PENDING_APPROVAL. A
-// name whose earlier virtual cluster is gone (rejected or deleted) may be
-// used again; the old row is history (the audit log keeps it).
+// GetOfTeam reads a team's virtual cluster by id: its newest incarnation
+// in that team. Another team may have taken the id since (after this one
+// was rejected or deleted); this one is still the team's to read.
+func GetOfTeam(ctx context.Context, q store.Querier, team, id string) (VirtualCluster, error) {
+	return store.GetOne(ctx, q, `SELECT `+columns+` FROM virtual_clusters WHERE id = $1 AND team_id = $3`+currentOrder, false, scan,
+		errs.NotFound("virtual cluster "+id), id, gonePhases, team)
+}
+
+// InsertPending stores a requested virtual cluster in PENDING_APPROVAL, as
+// a new incarnation (uid). A name whose earlier virtual cluster is gone
+// (rejected or deleted) may be used again, by any team; the old row stays,
+// with its team, untouched.
 func InsertPending(ctx context.Context, tx *store.Tx, team, id string, spec Spec) (VirtualCluster, error) {
-	if _, err := tx.Exec(ctx, `DELETE FROM virtual_clusters WHERE id = $1 AND phase = ANY($2)`, id, gonePhases); err != nil {
-		return VirtualCluster{}, err
-	}
 	lg, lc, lm := limitColumns(spec.Limit)
 	row, err := scan(tx.QueryRow(ctx, `
 		INSERT INTO virtual_clusters (id, team_id, display_name, gpu_centi, cpu_millis, memory_bytes,
@@ -98,17 +122,19 @@ func Move(ctx context.Context, tx *store.Tx, id string, phase Phase, q quota.Res
 		inc = 1
 	}
 	return scan(tx.QueryRow(ctx, `
-		UPDATE virtual_clusters SET phase = $2, gpu_centi = $3, cpu_millis = $4, memory_bytes = $5,
-		       limit_gpu_centi = $6, limit_cpu_millis = $7, limit_memory_bytes = $8,
-		       chart_version = $10, kubernetes_version = $11,
-		       generation = generation + $9, status_message = '', version = version + 1, update_time = now()
-		 WHERE id = $1 RETURNING `+columns,
-		id, phase, q.GPU, q.CPUMillis, q.MemoryBytes, lg, lc, lm, inc, v.Chart, v.Kubernetes))
+		UPDATE virtual_clusters SET phase = $3, gpu_centi = $4, cpu_millis = $5, memory_bytes = $6,
+		       limit_gpu_centi = $7, limit_cpu_millis = $8, limit_memory_bytes = $9,
+		       chart_version = $11, kubernetes_version = $12,
+		       generation = generation + $10, status_message = '', version = version + 1, update_time = now()
+		 WHERE uid = `+currentUID+` RETURNING `+columns,
+		id, gonePhases, phase, q.GPU, q.CPUMillis, q.MemoryBytes, lg, lc, lm, inc, v.Chart, v.Kubernetes))
 }
 
 // RejectPending marks a virtual cluster still waiting for approval
 // REJECTED (its request was rejected or cancelled).
 func RejectPending(ctx context.Context, tx *store.Tx, id, message string) (VirtualCluster, bool, error) {
+	// At most one incarnation of an id is not gone, so this never touches
+	// another team's history.
 	row, err := scan(tx.QueryRow(ctx, `UPDATE virtual_clusters SET phase = $3, status_message = $2,
 		version = version + 1, update_time = now() WHERE id = $1 AND phase = $4 RETURNING `+columns,
 		id, message, PhaseRejected, PhasePendingApproval))
@@ -134,24 +160,24 @@ func WriteStatus(ctx context.Context, tx *store.Tx, id string, st Status) (Virtu
 	if err != nil {
 		return VirtualCluster{}, err
 	}
-	return scan(tx.QueryRow(ctx, `UPDATE virtual_clusters SET phase = $2, conditions = $3, observed_generation = $4,
-		status_message = $5, alloc_gpu_centi = $6, alloc_cpu_millis = $7, alloc_memory_bytes = $8, endpoint = $9,
-		version = version + 1, update_time = now() WHERE id = $1 RETURNING `+columns,
-		id, st.Phase, raw, st.ObservedGeneration, st.Message, st.Allocated.GPU, st.Allocated.CPUMillis,
+	return scan(tx.QueryRow(ctx, `UPDATE virtual_clusters SET phase = $3, conditions = $4, observed_generation = $5,
+		status_message = $6, alloc_gpu_centi = $7, alloc_cpu_millis = $8, alloc_memory_bytes = $9, endpoint = $10,
+		version = version + 1, update_time = now() WHERE uid = `+currentUID+` RETURNING `+columns,
+		id, gonePhases, st.Phase, raw, st.ObservedGeneration, st.Message, st.Allocated.GPU, st.Allocated.CPUMillis,
 		st.Allocated.MemoryBytes, st.Endpoint))
 }
 
 // SetPhase changes phase and status message only (the worker giving up).
 func SetPhase(ctx context.Context, tx *store.Tx, id string, phase Phase, message string) (VirtualCluster, error) {
-	return scan(tx.QueryRow(ctx, `UPDATE virtual_clusters SET phase = $2, status_message = $3,
-		version = version + 1, update_time = now() WHERE id = $1 RETURNING `+columns, id, phase, message))
+	return scan(tx.QueryRow(ctx, `UPDATE virtual_clusters SET phase = $3, status_message = $4,
+		version = version + 1, update_time = now() WHERE uid = `+currentUID+` RETURNING `+columns, id, gonePhases, phase, message))
 }
 
 // MarkDeleted records that nothing is left on the host.
 func MarkDeleted(ctx context.Context, tx *store.Tx, id string) (VirtualCluster, error) {
-	return scan(tx.QueryRow(ctx, `UPDATE virtual_clusters SET phase = $2, observed_generation = generation,
+	return scan(tx.QueryRow(ctx, `UPDATE virtual_clusters SET phase = $3, observed_generation = generation,
 		conditions = '[]', status_message = '', endpoint = '', alloc_gpu_centi = 0, alloc_cpu_millis = 0,
-		alloc_memory_bytes = 0, version = version + 1, update_time = now() WHERE id = $1 RETURNING `+columns, id, PhaseDeleted))
+		alloc_memory_bytes = 0, version = version + 1, update_time = now() WHERE uid = `+currentUID+` RETURNING `+columns, id, gonePhases, PhaseDeleted))
 }
 
 func sum(ctx context.Context, q store.Querier, sql string, args ...any) (quota.Resources, error) {
@@ -215,27 +241,41 @@ var listFilter = filter.Schema{
 type ListOptions struct {
 	PageSize int32
 	Filter   string
-	After    string // last id of the previous page
+	After    Cursor // the last row of the previous page
 	// Team limits the list to one team; otherwise Scope applies (teams it
 	// names, and teams of the departments it names).
 	Team  string
 	Scope store.Scope
 }
 
-// List returns a page of virtual clusters by id, and whether more follow.
+// Cursor is where a list page ends: ids repeat across teams once a gone
+// name is taken again, so (id, team) orders the rows.
+type Cursor struct {
+	ID   string `json:"i"`
+	Team string `json:"t,omitempty"`
+}
+
+// CursorOf is the cursor after v.
+func CursorOf(v VirtualCluster) Cursor { return Cursor{ID: v.ID, Team: v.Team} }
+
+// List returns a page of virtual clusters by (id, team), and whether more
+// follow. A team's earlier incarnations of an id it took again are left
+// out (the newest is the team's virtual cluster by that name).
 func List(ctx context.Context, q store.Querier, o ListOptions) ([]VirtualCluster, bool, error) {
 	lq, err := store.NewList(o.PageSize, o.Filter, listFilter)
 	if err != nil {
 		return nil, false, err
 	}
-	lq.Where("id > " + lq.Arg(o.After))
+	lq.Where("(id, team_id) > (" + lq.Arg(o.After.ID) + ", " + lq.Arg(o.After.Team) + ")")
+	lq.Where(`NOT EXISTS (SELECT 1 FROM virtual_clusters newer WHERE newer.id = virtual_clusters.id
+		AND newer.team_id = virtual_clusters.team_id AND (newer.create_time, newer.uid) > (virtual_clusters.create_time, virtual_clusters.uid))`)
 	switch {
 	case o.Team != "":
 		lq.Where("team_id = " + lq.Arg(o.Team))
 	case !o.Scope.All:
 		lq.Where("team_id = ANY(" + lq.Arg(o.Scope.Teams) + ") OR team_id IN (SELECT id FROM teams WHERE department_id = ANY(" + lq.Arg(o.Scope.Departments) + "))")
 	}
-	return store.FetchPage(ctx, q, lq, `SELECT `+columns+` FROM virtual_clusters`, "id", scan)
+	return store.FetchPage(ctx, q, lq, `SELECT `+columns+` FROM virtual_clusters`, "id, team_id", scan)
 }
 
 // CheckList validates a list's page size and filter without running it.

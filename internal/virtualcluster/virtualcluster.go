@@ -29,6 +29,9 @@ type Spec struct {
 // VirtualCluster is a stored virtual cluster: spec, status and row
 // metadata.
 type VirtualCluster struct {
+	// UID names this incarnation: the id may be taken again once this one
+	// is gone.
+	UID                string
 	ID, Team           string
 	Spec               Spec
 	Phase              Phase

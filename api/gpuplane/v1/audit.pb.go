@@ -44,8 +44,12 @@ type AuditEvent struct {
 	Before        *structpb.Struct `protobuf:"bytes,9,opt,name=before,proto3" json:"before,omitempty"`
 	After         *structpb.Struct `protobuf:"bytes,10,opt,name=after,proto3" json:"after,omitempty"`
 	// Scope used for authorization of reads.
-	Department    string `protobuf:"bytes,11,opt,name=department,proto3" json:"department,omitempty"`
-	Team          string `protobuf:"bytes,12,opt,name=team,proto3" json:"team,omitempty"`
+	Department string `protobuf:"bytes,11,opt,name=department,proto3" json:"department,omitempty"`
+	Team       string `protobuf:"bytes,12,opt,name=team,proto3" json:"team,omitempty"`
+	// The incarnation (uid) of the resource changed, when it is a
+	// department, team or virtual cluster: events of a namesake deleted
+	// earlier carry another uid.
+	ResourceUid   string `protobuf:"bytes,13,opt,name=resource_uid,json=resourceUid,proto3" json:"resource_uid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -164,13 +168,22 @@ func (x *AuditEvent) GetTeam() string {
 	return ""
 }
 
+func (x *AuditEvent) GetResourceUid() string {
+	if x != nil {
+		return x.ResourceUid
+	}
+	return ""
+}
+
 type ListAuditEventsRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	PageSize  int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	PageToken string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Fields: resource (exact, or a prefix ending in "*": "teams/team-a*"),
-	// actor, action, team, department, time (with >=, <, etc. and an
-	// RFC 3339 value). Example:
+	// resource_uid, actor, action, team, department, time (with >=, <, etc.
+	// and an RFC 3339 value). Team members read the events of their team's
+	// current incarnation only, department admins those of their
+	// department's. Example:
 	//
 	//	resource = "teams/team-a*" AND time >= "2026-01-01T00:00:00Z"
 	Filter        string `protobuf:"bytes,3,opt,name=filter,proto3" json:"filter,omitempty"`
@@ -286,7 +299,7 @@ var File_gpuplane_v1_audit_proto protoreflect.FileDescriptor
 
 const file_gpuplane_v1_audit_proto_rawDesc = "" +
 	"\n" +
-	"\x17gpuplane/v1/audit.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x03\n" +
+	"\x17gpuplane/v1/audit.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xba\x03\n" +
 	"\n" +
 	"AuditEvent\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
@@ -304,7 +317,8 @@ const file_gpuplane_v1_audit_proto_rawDesc = "" +
 	"\n" +
 	"department\x18\v \x01(\tR\n" +
 	"department\x12\x12\n" +
-	"\x04team\x18\f \x01(\tR\x04team\"l\n" +
+	"\x04team\x18\f \x01(\tR\x04team\x12!\n" +
+	"\fresource_uid\x18\r \x01(\tR\vresourceUid\"l\n" +
 	"\x16ListAuditEventsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +

@@ -34,12 +34,19 @@ type Department struct {
 	// The most the department's teams may be granted in total.
 	QuotaBudget *Quota `protobuf:"bytes,3,opt,name=quota_budget,json=quotaBudget,proto3" json:"quota_budget,omitempty"`
 	// OIDC groups whose members administer this department.
-	AdminGroups   []string               `protobuf:"bytes,4,rep,name=admin_groups,json=adminGroups,proto3" json:"admin_groups,omitempty"`
-	Etag          string                 `protobuf:"bytes,5,opt,name=etag,proto3" json:"etag,omitempty"`                               // Output only.
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"` // Output only.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"` // Output only.
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AdminGroups []string               `protobuf:"bytes,4,rep,name=admin_groups,json=adminGroups,proto3" json:"admin_groups,omitempty"`
+	Etag        string                 `protobuf:"bytes,5,opt,name=etag,proto3" json:"etag,omitempty"`                               // Output only.
+	CreateTime  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"` // Output only.
+	UpdateTime  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"` // Output only.
+	// This incarnation of the department: a department created later with
+	// the same id has another uid (and none of this one's audit history).
+	Uid string `protobuf:"bytes,8,opt,name=uid,proto3" json:"uid,omitempty"` // Output only.
+	// Separation of duties: the requester of a request of this department
+	// may not approve or reject it (platform admins may, audited as
+	// ApproveOwnRequest / RejectOwnRequest). Unset on create: true.
+	RequesterCannotDecide *bool `protobuf:"varint,9,opt,name=requester_cannot_decide,json=requesterCannotDecide,proto3,oneof" json:"requester_cannot_decide,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *Department) Reset() {
@@ -121,6 +128,20 @@ func (x *Department) GetUpdateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Department) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
+}
+
+func (x *Department) GetRequesterCannotDecide() bool {
+	if x != nil && x.RequesterCannotDecide != nil {
+		return *x.RequesterCannotDecide
+	}
+	return false
+}
+
 // Team belongs to one department; it becomes a KAI parent queue whose
 // children are the team's virtual clusters.
 type Team struct {
@@ -144,7 +165,10 @@ type Team struct {
 	// "dedicated-<team>" unless a platform admin names another; no two
 	// DEDICATED teams share one. The team's quota must fit the pool's nodes.
 	// Empty on create or update: the default for the tier.
-	NodePool      string `protobuf:"bytes,9,opt,name=node_pool,json=nodePool,proto3" json:"node_pool,omitempty"`
+	NodePool string `protobuf:"bytes,9,opt,name=node_pool,json=nodePool,proto3" json:"node_pool,omitempty"`
+	// This incarnation of the team: a team created later with the same id
+	// has another uid, and its members do not see this one's history.
+	Uid           string `protobuf:"bytes,10,opt,name=uid,proto3" json:"uid,omitempty"` // Output only.
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -238,6 +262,13 @@ func (x *Team) GetUpdateTime() *timestamppb.Timestamp {
 func (x *Team) GetNodePool() string {
 	if x != nil {
 		return x.NodePool
+	}
+	return ""
+}
+
+func (x *Team) GetUid() string {
+	if x != nil {
+		return x.Uid
 	}
 	return ""
 }
@@ -1362,7 +1393,7 @@ var File_gpuplane_v1_tenancy_proto protoreflect.FileDescriptor
 
 const file_gpuplane_v1_tenancy_proto_rawDesc = "" +
 	"\n" +
-	"\x19gpuplane/v1/tenancy.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18gpuplane/v1/common.proto\"\xab\x02\n" +
+	"\x19gpuplane/v1/tenancy.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18gpuplane/v1/common.proto\"\x96\x03\n" +
 	"\n" +
 	"Department\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
@@ -1373,7 +1404,10 @@ const file_gpuplane_v1_tenancy_proto_rawDesc = "" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xf5\x02\n" +
+	"updateTime\x12\x10\n" +
+	"\x03uid\x18\b \x01(\tR\x03uid\x12;\n" +
+	"\x17requester_cannot_decide\x18\t \x01(\bH\x00R\x15requesterCannotDecide\x88\x01\x01B\x1a\n" +
+	"\x18_requester_cannot_decide\"\x87\x03\n" +
 	"\x04Team\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
@@ -1387,7 +1421,9 @@ const file_gpuplane_v1_tenancy_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x1b\n" +
-	"\tnode_pool\x18\t \x01(\tR\bnodePool\"\x90\x02\n" +
+	"\tnode_pool\x18\t \x01(\tR\bnodePool\x12\x10\n" +
+	"\x03uid\x18\n" +
+	" \x01(\tR\x03uid\"\x90\x02\n" +
 	"\x06Member\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x04user\x18\x02 \x01(\tH\x00R\x04user\x12\x16\n" +
@@ -1603,6 +1639,7 @@ func file_gpuplane_v1_tenancy_proto_init() {
 		return
 	}
 	file_gpuplane_v1_common_proto_init()
+	file_gpuplane_v1_tenancy_proto_msgTypes[0].OneofWrappers = []any{}
 	file_gpuplane_v1_tenancy_proto_msgTypes[2].OneofWrappers = []any{
 		(*Member_User)(nil),
 		(*Member_Group)(nil),

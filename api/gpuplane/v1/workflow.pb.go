@@ -277,10 +277,14 @@ type VirtualCluster struct {
 	Spec   *VirtualClusterSpec   `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
 	Status *VirtualClusterStatus `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"` // Output only.
 	// Incremented on every change of spec.
-	Generation    int64                  `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`                  // Output only.
-	Etag          string                 `protobuf:"bytes,5,opt,name=etag,proto3" json:"etag,omitempty"`                               // Output only.
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"` // Output only.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"` // Output only.
+	Generation int64                  `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`                  // Output only.
+	Etag       string                 `protobuf:"bytes,5,opt,name=etag,proto3" json:"etag,omitempty"`                               // Output only.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"` // Output only.
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"` // Output only.
+	// This incarnation: once a virtual cluster is DELETED or REJECTED its
+	// name may be taken again (by any team), by a virtual cluster with
+	// another uid; the old one stays in its team's history.
+	Uid           string `protobuf:"bytes,8,opt,name=uid,proto3" json:"uid,omitempty"` // Output only.
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -362,6 +366,13 @@ func (x *VirtualCluster) GetUpdateTime() *timestamppb.Timestamp {
 		return x.UpdateTime
 	}
 	return nil
+}
+
+func (x *VirtualCluster) GetUid() string {
+	if x != nil {
+		return x.Uid
+	}
+	return ""
 }
 
 type VirtualClusterSpec struct {
@@ -2523,7 +2534,7 @@ var File_gpuplane_v1_workflow_proto protoreflect.FileDescriptor
 
 const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\n" +
-	"\x1agpuplane/v1/workflow.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18gpuplane/v1/common.proto\"\xc2\x02\n" +
+	"\x1agpuplane/v1/workflow.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18gpuplane/v1/common.proto\"\xd4\x02\n" +
 	"\x0eVirtualCluster\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
 	"\x04spec\x18\x02 \x01(\v2\x1f.gpuplane.v1.VirtualClusterSpecR\x04spec\x129\n" +
@@ -2535,7 +2546,8 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\x98\x03\n" +
+	"updateTime\x12\x10\n" +
+	"\x03uid\x18\b \x01(\tR\x03uid\"\x98\x03\n" +
 	"\x12VirtualClusterSpec\x12!\n" +
 	"\fdisplay_name\x18\x01 \x01(\tR\vdisplayName\x12(\n" +
 	"\x05quota\x18\x02 \x01(\v2\x12.gpuplane.v1.QuotaR\x05quota\x12(\n" +

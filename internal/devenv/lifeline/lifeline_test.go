@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -157,16 +158,26 @@ func startSleep(t *testing.T) (*exec.Cmd, string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-waited(cmd) })
 	return cmd, sleep
+}
+
+var waits sync.Map // *exec.Cmd -> chan struct{}
+
+// waited is closed once cmd has ended; cmd.Wait runs once, however many
+// callers (exited, the cleanup) wait for it.
+func waited(cmd *exec.Cmd) <-chan struct{} {
+	ch, loaded := waits.LoadOrStore(cmd, make(chan struct{}))
+	if !loaded {
+		go func() { _ = cmd.Wait(); close(ch.(chan struct{})) }()
+	}
+	return ch.(chan struct{})
 }
 
 // exited waits (bounded) for cmd to end and reports whether it did.
 func exited(cmd *exec.Cmd, within time.Duration) bool {
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-waited(cmd):
 		return true
 	case <-time.After(within):
 		return false

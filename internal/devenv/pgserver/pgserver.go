@@ -51,6 +51,7 @@ type Server struct {
 	removeDir  bool
 	dataDir    string
 	port       int
+	maxConns   int
 	bin        string
 	asPostgres bool
 	logf       func(string, ...any)
@@ -145,6 +146,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if maxConns <= 0 {
 		maxConns = 300
 	}
+	s.maxConns = maxConns
 	// A free port can be taken by someone else between probing and binding;
 	// retry with a fresh one rather than fail a whole test run.
 	attempts := 1

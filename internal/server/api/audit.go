@@ -32,6 +32,7 @@ func eventToProto(x audit.Stored) *pb.AuditEvent {
 	e := &pb.AuditEvent{
 		Name: "auditEvents/" + strconv.FormatInt(x.ID, 10), Time: ts(x.Time), Actor: x.Actor, ActorGroups: x.ActorGroups,
 		Action: x.Action, Resource: x.Resource, RequestId: x.RequestID, CorrelationId: x.CorrelationID,
+		ResourceUid: x.ResourceUID,
 	}
 	if x.Before != nil {
 		e.Before, _ = structpb.NewStruct(x.Before)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
@@ -62,6 +63,7 @@ func departmentToProto(d tenancy.Department) *pb.Department {
 	return &pb.Department{
 		Name: d.Name(), DisplayName: d.DisplayName, QuotaBudget: quotaToProto(d.Budget), AdminGroups: d.AdminGroups,
 		Etag: d.Etag(), CreateTime: ts(d.Created), UpdateTime: ts(d.Updated),
+		Uid: d.UID, RequesterCannotDecide: proto.Bool(d.RequesterCannotDecide),
 	}
 }
 
@@ -69,7 +71,7 @@ func teamToProto(t tenancy.Team) *pb.Team {
 	return &pb.Team{
 		Name: t.Name(), Department: names.Department(t.Department), DisplayName: t.DisplayName,
 		IsolationTier: pb.IsolationTier(pb.IsolationTier_value[string(t.Tier)]), Quota: quotaToProto(t.Quota),
-		NodePool: t.Pool, Etag: t.Etag(), CreateTime: ts(t.Created), UpdateTime: ts(t.Updated),
+		NodePool: t.Pool, Uid: t.UID, Etag: t.Etag(), CreateTime: ts(t.Created), UpdateTime: ts(t.Updated),
 	}
 }
 
@@ -127,6 +129,7 @@ func virtualClusterToProto(v virtualcluster.VirtualCluster) *pb.VirtualCluster {
 			Allocated:          quotaToProto(v.Allocated),
 		},
 		Generation: v.Generation,
+		Uid:        v.UID,
 		Etag:       v.Etag(),
 		CreateTime: ts(v.Created),
 		UpdateTime: ts(v.Updated),
@@ -221,7 +224,7 @@ func maskPaths(paths []string, allowed ...string) (map[string]bool, error) {
 // fields (a team's department, a member's principal) are listed too, so a
 // client can PATCH back a whole object it read; the handlers refuse a
 // changed value.
-var outputOnlyPaths = []string{"name", "etag", "create_time", "update_time", "department", "user", "group"}
+var outputOnlyPaths = []string{"name", "uid", "etag", "create_time", "update_time", "department", "user", "group"}
 
 // quotaParents are the Quota-typed fields whose sub-fields a mask may name.
 var quotaParents = []string{"quota", "quota_budget"}

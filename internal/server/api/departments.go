@@ -118,7 +118,9 @@ func (s *Departments) CreateDepartment(ctx context.Context, req *pb.CreateDepart
 		func() *pb.Department { return &pb.Department{} },
 		func(ctx context.Context, tx *store.Tx) (*pb.Department, error) {
 			row, err := s.tenancy.CreateDepartment(ctx, tx, a.Principal, req.GetRequestId(), tenancy.Department{
-				ID: req.GetDepartmentId(), DisplayName: d.GetDisplayName(), Budget: budget, AdminGroups: groups})
+				ID: req.GetDepartmentId(), DisplayName: d.GetDisplayName(), Budget: budget, AdminGroups: groups,
+				// Separation of duties is on unless the platform admin says otherwise.
+				RequesterCannotDecide: d.RequesterCannotDecide == nil || d.GetRequesterCannotDecide()})
 			if err != nil {
 				return nil, err
 			}
@@ -136,9 +138,16 @@ func (s *Departments) UpdateDepartment(ctx context.Context, req *pb.UpdateDepart
 	if err != nil {
 		return nil, err
 	}
-	paths, err := maskPaths(req.GetUpdateMask().GetPaths(), "display_name", "quota_budget", "admin_groups")
+	paths, err := maskPaths(req.GetUpdateMask().GetPaths(), "display_name", "quota_budget", "admin_groups", "requester_cannot_decide")
 	if err != nil {
 		return nil, err
+	}
+	// Without a mask (every field) an absent setting is left as it is.
+	if d.RequesterCannotDecide == nil {
+		if slices.Contains(req.GetUpdateMask().GetPaths(), "requester_cannot_decide") {
+			return nil, errs.InvalidField("department.requester_cannot_decide", "required when the update mask names it")
+		}
+		delete(paths, "requester_cannot_decide")
 	}
 	var v errs.Violations
 	checkDisplayName(&v, "department.display_name", d.GetDisplayName())
@@ -154,6 +163,9 @@ func (s *Departments) UpdateDepartment(ctx context.Context, req *pb.UpdateDepart
 			}
 			if paths["admin_groups"] {
 				next.AdminGroups = groups
+			}
+			if paths["requester_cannot_decide"] {
+				next.RequesterCannotDecide = d.GetRequesterCannotDecide()
 			}
 			if paths["quota_budget"] {
 				next.Budget = maskedQuota(paths, "quota_budget", next.Budget, budget)

@@ -74,8 +74,8 @@ func (s *VirtualClusters) GetVirtualClusterKubeconfig(ctx context.Context, req *
 	if !a.CanReadTeam(team.ID, team.Department) {
 		return nil, errs.NotFound(req.GetName())
 	}
-	v, err := virtualcluster.Get(ctx, s.db, vcID, false)
-	if err != nil || v.Team != teamID {
+	v, err := virtualcluster.GetOfTeam(ctx, s.db, teamID, vcID)
+	if err != nil {
 		if err != nil && errs.KindOf(err) != errs.KindNotFound {
 			return nil, err
 		}

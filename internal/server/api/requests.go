@@ -321,7 +321,7 @@ func (s *Requests) ApproveRequest(ctx context.Context, req *pb.ApproveRequestReq
 	}
 	return s.decide(ctx, req.GetName(), req.GetEtag(), mayDecide("approve"),
 		func(ctx context.Context, tx *store.Tx, a *identity.Access, r *request.Request) error {
-			return s.requests.Approve(ctx, tx, r, a.Principal, req.GetReason())
+			return s.requests.Approve(ctx, tx, r, a.Principal, a.PlatformAdmin, req.GetReason())
 		})
 }
 
@@ -332,7 +332,7 @@ func (s *Requests) RejectRequest(ctx context.Context, req *pb.RejectRequestReque
 	}
 	return s.decide(ctx, req.GetName(), req.GetEtag(), mayDecide("reject"),
 		func(ctx context.Context, tx *store.Tx, a *identity.Access, r *request.Request) error {
-			return s.requests.Reject(ctx, tx, r, a.Principal, req.GetReason())
+			return s.requests.Reject(ctx, tx, r, a.Principal, a.PlatformAdmin, req.GetReason())
 		})
 }
 

@@ -22,8 +22,11 @@ func (s *VirtualClusters) GetVirtualCluster(ctx context.Context, req *pb.GetVirt
 		}
 		return nil, err
 	}
-	v, err := virtualcluster.Get(ctx, s.db, vcID, false)
-	if err != nil || v.Team != teamID {
+	v, err := virtualcluster.GetOfTeam(ctx, s.db, teamID, vcID)
+	if err != nil {
+		if errs.KindOf(err) != errs.KindNotFound {
+			return nil, err
+		}
 		return nil, errs.NotFound(req.GetName())
 	}
 	return virtualClusterToProto(v), nil
@@ -38,7 +41,7 @@ func (s *VirtualClusters) ListVirtualClusters(ctx context.Context, req *pb.ListV
 		return nil, err
 	}
 	scope := "vcs|" + req.GetParent() + "|" + req.GetFilter()
-	var after string
+	var after virtualcluster.Cursor
 	if err := store.DecodePageToken(req.GetPageToken(), scope, &after); err != nil {
 		return nil, err
 	}
@@ -55,14 +58,26 @@ func (s *VirtualClusters) ListVirtualClusters(ctx context.Context, req *pb.ListV
 		}
 		o.Team = t.ID
 	}
-	list, next, err := page(req.GetPageToken(), scope, "", nil,
-		func(after string) ([]virtualcluster.VirtualCluster, bool, error) {
+	list, next, err := page(req.GetPageToken(), scope, virtualcluster.Cursor{}, vcCursor,
+		func(after virtualcluster.Cursor) ([]virtualcluster.VirtualCluster, bool, error) {
 			o.After = after
 			return virtualcluster.List(ctx, s.db, o)
 		},
-		func(v virtualcluster.VirtualCluster) string { return v.ID }, virtualClusterToProto)
+		virtualcluster.CursorOf, virtualClusterToProto)
 	if err != nil {
 		return nil, err
 	}
 	return &pb.ListVirtualClustersResponse{VirtualClusters: list, NextPageToken: next}, nil
+}
+
+// vcCursor refuses a cursor that does not name an id (and a team): tokens
+// are not signed.
+func vcCursor(c virtualcluster.Cursor) error {
+	if err := idCursor(c.ID); err != nil {
+		return err
+	}
+	if c.Team == "" {
+		return nil
+	}
+	return idCursor(c.Team)
 }

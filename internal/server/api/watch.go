@@ -259,7 +259,7 @@ func (s *Watches) WatchVirtualClusters(req *pb.WatchVirtualClustersRequest, stre
 				if !more {
 					return nil
 				}
-				o.After = list[len(list)-1].ID
+				o.After = virtualcluster.CursorOf(list[len(list)-1])
 			}
 		},
 		message: func(kind pb.WatchEventKind, position int64, e *events.Event, v *pb.VirtualCluster) proto.Message {

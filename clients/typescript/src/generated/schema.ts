@@ -600,6 +600,12 @@ export interface components {
             requestId?: string;
             /** @description The resource changed, e.g. "teams/team-a". */
             resource?: string;
+            /**
+             * @description The incarnation (uid) of the resource changed, when it is a
+             *     department, team or virtual cluster: events of a namesake deleted
+             *     earlier carry another uid.
+             */
+            resourceUid?: string;
             team?: string;
             /** Format: date-time */
             time?: string;
@@ -681,6 +687,17 @@ export interface components {
             name?: string;
             /** @description The most the department's teams may be granted in total. */
             quotaBudget?: components["schemas"]["gpuplane.v1.Quota"];
+            /**
+             * @description Separation of duties: the requester of a request of this department
+             *     may not approve or reject it (platform admins may, audited as
+             *     ApproveOwnRequest / RejectOwnRequest). Unset on create: true.
+             */
+            requesterCannotDecide?: boolean;
+            /**
+             * @description This incarnation of the department: a department created later with
+             *     the same id has another uid (and none of this one's audit history).
+             */
+            uid?: string;
             /** Format: date-time */
             updateTime?: string;
         };
@@ -877,6 +894,11 @@ export interface components {
              *     quotas never exceeds it.
              */
             quota?: components["schemas"]["gpuplane.v1.Quota"];
+            /**
+             * @description This incarnation of the team: a team created later with the same id
+             *     has another uid, and its members do not see this one's history.
+             */
+            uid?: string;
             /** Format: date-time */
             updateTime?: string;
         };
@@ -924,6 +946,12 @@ export interface components {
             name?: string;
             spec?: components["schemas"]["gpuplane.v1.VirtualClusterSpec"];
             status?: components["schemas"]["gpuplane.v1.VirtualClusterStatus"];
+            /**
+             * @description This incarnation: once a virtual cluster is DELETED or REJECTED its
+             *     name may be taken again (by any team), by a virtual cluster with
+             *     another uid; the old one stays in its team's history.
+             */
+            uid?: string;
             /** Format: date-time */
             updateTime?: string;
         };
@@ -1336,8 +1364,10 @@ export interface operations {
                 pageToken?: string;
                 /**
                  * @description Fields: resource (exact, or a prefix ending in "*": "teams/team-a*"),
-                 *     actor, action, team, department, time (with >=, <, etc. and an
-                 *     RFC 3339 value). Example:
+                 *     resource_uid, actor, action, team, department, time (with >=, <, etc.
+                 *     and an RFC 3339 value). Team members read the events of their team's
+                 *     current incarnation only, department admins those of their
+                 *     department's. Example:
                  *       resource = "teams/team-a*" AND time >= "2026-01-01T00:00:00Z"
                  */
                 filter?: string;
