@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
+	"github.com/gpuplane/gpuplane/internal/app"
 	"github.com/gpuplane/gpuplane/internal/apptest"
 )
 
@@ -31,7 +32,9 @@ import (
 //
 // The first has the demo roles above; in the second no demo user but alice
 // has any role, so erin there is an authenticated caller with no roles at
-// all (column "nobody").
+// all (column "nobody"). Both have the same webhook subscriptions, one per
+// team, per department and platform-wide, each with a delivery in its log
+// (authz_events_test.go).
 var matrixCallers = []string{"alice", "frank", "bob", "carol", "dan", "erin", "nobody"}
 
 const (
@@ -57,7 +60,9 @@ func (w *authzWorld) uniq(prefix string) string {
 
 // newAuthzWorld builds the objects above; demoRoles selects the first world.
 func newAuthzWorld(t *testing.T, demoRoles bool) *authzWorld {
-	e := apptest.Start(t, apptest.Options{Seed: demoRoles})
+	e := apptest.Start(t, apptest.Options{Seed: demoRoles, Config: func(c *app.Config) {
+		c.WebhookHTTPHosts, c.WebhookAllowedCIDRs = "127.0.0.1", "127.0.0.0/8" // hookURL
+	}})
 	if !demoRoles {
 		apiCreateDepartment(t, e, "alice", "research", "Research", apiQuota("8", 128_000, 1024*apiGiB), "other-admins")
 		apiCreateTeam(t, e, "alice", "team-a", deptA, pb.IsolationTier_SHARED, apiQuota("4", 32_000, 256*apiGiB))
@@ -68,7 +73,9 @@ func newAuthzWorld(t *testing.T, demoRoles bool) *authzWorld {
 	for _, team := range []string{teamA, teamB, teamC} {
 		apiCreateMember(t, e, "alice", team, "viewer-x", "viewer-x@example.org", pb.TeamRole_VIEWER)
 	}
-	return &authzWorld{e: e}
+	w := &authzWorld{e: e}
+	w.addHooks(t)
+	return w
 }
 
 // replicaTeam creates a copy of team (same department, tier and members) for
@@ -170,7 +177,7 @@ func matrixRows() []authzRow {
 		_, err := w.e.Members.DeleteMember(ctx, &pb.DeleteMemberRequest{Name: w.replicaMember(t, obj)})
 		return err
 	}
-	return []authzRow{
+	return append([]authzRow{
 		//                                                 alice frank bob carol dan erin nobody
 		{"DepartmentService.GetDepartment", deptA, "OK OK OK OK OK OK NF", getDept},
 		{"DepartmentService.GetDepartment", deptB, "OK NF NF NF NF NF NF", getDept},
@@ -227,7 +234,7 @@ func matrixRows() []authzRow {
 			_, err := w.e.Audit.ListAuditEvents(ctx, &pb.ListAuditEventsRequest{})
 			return err
 		}},
-	}
+	}, eventMatrixRows()...)
 }
 
 func parseMatrixCodes(t *testing.T, s string) []codes.Code {
@@ -339,6 +346,26 @@ func TestAuthzMatrix(t *testing.T) {
 		if got := audit(lone, "erin"); len(got) != 0 {
 			t.Errorf("a caller without roles sees %d audit events", len(got))
 		}
+		// Webhook subscriptions: each caller lists those it manages.
+		for _, c := range []struct {
+			w     *authzWorld
+			user  string
+			hooks []string
+		}{
+			{w, "alice", []string{hookDeptB, hookPlatform, hookDeptA, hookTeamA, hookTeamB, hookTeamC}},
+			{w, "frank", []string{hookDeptA, hookTeamA, hookTeamB}},
+			{w, "bob", []string{hookTeamA}},
+			{w, "carol", nil},
+			{w, "dan", []string{hookTeamB}},
+			{w, "erin", nil},
+			{lone, "erin", nil},
+			{lone, "frank", nil},
+		} {
+			if got := hookNames(t, c.w, c.user); !slices.Equal(got, c.hooks) {
+				t.Errorf("%s (world with roles %v) lists webhook subscriptions %v, want %v", c.user, c.w == w, got, c.hooks)
+			}
+		}
+
 		u := apiCall(lone.e.Identity.GetCurrentUser(lone.e.As(t, "erin"), &pb.GetCurrentUserRequest{})).must(t)
 		if u.GetPlatformAdmin() || len(u.GetAdminOfDepartments()) != 0 || len(u.GetTeamRoles()) != 0 {
 			t.Errorf("a caller without roles: %v", u)
