@@ -84,9 +84,9 @@ var byAction = map[string]string{
 	// overridden) is the same change of state.
 	"ApproveOwnRequest": RequestApproved,
 	"RejectOwnRequest":  RequestRejected,
-	"CancelRequest":  RequestCancelled,
-	"RequestApplied": RequestApplied,
-	"RequestFailed":  RequestFailed,
+	"CancelRequest":     RequestCancelled,
+	"RequestApplied":    RequestApplied,
+	"RequestFailed":     RequestFailed,
 
 	"CreateVirtualCluster":        VirtualClusterCreated,
 	"VirtualClusterStatusChanged": VirtualClusterStatusChanged,
