@@ -364,6 +364,21 @@ func TestAuthzMatrix(t *testing.T) {
 			if got := hookNames(t, c.w, c.user); !slices.Equal(got, c.hooks) {
 				t.Errorf("%s (world with roles %v) lists webhook subscriptions %v, want %v", c.user, c.w == w, got, c.hooks)
 			}
+			// The audit log does not show a subscription (its URL) to
+			// anyone who may not read the subscription itself.
+			var audited []string
+			for _, ev := range apiListAudit(t, c.w.e, c.user, `resource = "webhookSubscriptions/*"`) {
+				if !slices.Contains(audited, ev.GetResource()) {
+					audited = append(audited, ev.GetResource())
+				}
+			}
+			slices.Sort(audited)
+			want := slices.Clone(c.hooks)
+			slices.Sort(want)
+			if !slices.Equal(audited, want) {
+				t.Errorf("%s (world with roles %v) reads audit events of webhook subscriptions %v, want exactly those it manages %v",
+					c.user, c.w == w, audited, want)
+			}
 		}
 
 		u := apiCall(lone.e.Identity.GetCurrentUser(lone.e.As(t, "erin"), &pb.GetCurrentUserRequest{})).must(t)

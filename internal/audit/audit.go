@@ -134,7 +134,12 @@ const FirstPage = int64(math.MaxInt64)
 // List returns events with id below before, newest first, in scope (rows
 // of its teams and departments; all with Scope.All), and whether more
 // follow.
-func List(ctx context.Context, q store.Querier, pageSize int32, filterExpr string, before int64, scope store.Scope) ([]Stored, bool, error) {
+//
+// Webhook subscriptions name other systems' endpoints, so their events are
+// read through a team only by those who manage its subscriptions
+// (managedTeams), as the subscriptions themselves are; department admins
+// read them through the department.
+func List(ctx context.Context, q store.Querier, pageSize int32, filterExpr string, before int64, scope store.Scope, managedTeams []string) ([]Stored, bool, error) {
 	lq, err := store.NewList(pageSize, filterExpr, eventFilter)
 	if err != nil {
 		return nil, false, err
@@ -143,7 +148,8 @@ func List(ctx context.Context, q store.Querier, pageSize int32, filterExpr strin
 	if !scope.All {
 		// By incarnation, not by id: a team (or department) that takes a
 		// deleted one's id does not read the deleted one's events.
-		lq.Where("team_uid IN (SELECT uid FROM teams WHERE id = ANY(" + lq.Arg(scope.Teams) + "))" +
+		lq.Where("(team_uid IN (SELECT uid FROM teams WHERE id = ANY(" + lq.Arg(scope.Teams) + "))" +
+			" AND (resource NOT LIKE 'webhookSubscriptions/%' OR team_id = ANY(" + lq.Arg(managedTeams) + ")))" +
 			" OR department_uid IN (SELECT uid FROM departments WHERE id = ANY(" + lq.Arg(scope.Departments) + "))")
 	}
 	return store.FetchPage(ctx, q, lq, `SELECT id, time, actor, actor_groups, action, resource, request_id,

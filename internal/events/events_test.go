@@ -59,7 +59,7 @@ func record(ctx context.Context, tx *store.Tx, resource string, n int) error {
 // auditID reads the audit id of the newest event of resource.
 func auditID(t *testing.T, db *store.DB, resource string) int64 {
 	t.Helper()
-	list, _, err := audit.List(context.Background(), db, 1, `resource = "`+resource+`"`, audit.FirstPage, store.Scope{All: true})
+	list, _, err := audit.List(context.Background(), db, 1, `resource = "`+resource+`"`, audit.FirstPage, store.Scope{All: true}, nil)
 	if err != nil || len(list) != 1 {
 		t.Fatalf("audit event of %s: %v %v", resource, list, err)
 	}

@@ -117,7 +117,7 @@ func TestHierarchy(t *testing.T) {
 	f.must(update(func(n *tenancy.Team) { n.Quota = gpus(4) }, true))
 
 	// Every committed change left exactly one audit event.
-	events, _, err := audit.List(f.ctx, f.db, 100, "", audit.FirstPage, store.Scope{All: true})
+	events, _, err := audit.List(f.ctx, f.db, 100, "", audit.FirstPage, store.Scope{All: true}, nil)
 	f.must(err)
 	if got := len(events); got != 5 { // 2 departments, 2 teams, 1 team update
 		for _, e := range events {

@@ -19,7 +19,7 @@ func (s *Audit) ListAuditEvents(ctx context.Context, req *pb.ListAuditEventsRequ
 	}
 	list, next, err := page(req.GetPageToken(), "audit|"+req.GetFilter(), audit.FirstPage, nil,
 		func(before int64) ([]audit.Stored, bool, error) {
-			return audit.List(ctx, s.db, req.GetPageSize(), req.GetFilter(), before, readScope(a))
+			return audit.List(ctx, s.db, req.GetPageSize(), req.GetFilter(), before, readScope(a), manageableScope(a).Teams)
 		},
 		func(e audit.Stored) int64 { return e.ID }, eventToProto)
 	if err != nil {
