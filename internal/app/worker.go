@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/gpuplane/gpuplane/internal/reconcile"
 	"github.com/gpuplane/gpuplane/internal/store"
@@ -62,14 +64,13 @@ func NewWorker(ctx context.Context, cfg Config, opts Options) (_ *WorkerProcess,
 	if rc == nil {
 		return nil, errors.New("the worker needs a host cluster (--kubeconfig, KUBECONFIG or in-cluster config)")
 	}
-	host, err := newHostClient(rc, cfg, p.log, tp)
+	hs, err := newHosts(rc, cfg, p.log, tp)
 	if err != nil {
 		return nil, err
 	}
 	db := store.New(pool)
 	reg := newRegistry(db, p.log)
-	p.Worker = reconcile.New(db, host, p.log, reconcile.Config{Concurrency: cfg.WorkerConcurrency, Resync: cfg.ResyncInterval,
-		Metrics: reg, TracerProvider: tp})
+	p.Worker = reconcile.New(db, hs.home, p.log, workerConfig(cfg, hs, reg, tp))
 	if cfg.MetricsAddr != "" {
 		if p.lis, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
 			return nil, fmt.Errorf("listen metrics on %s: %w", cfg.MetricsAddr, err)
@@ -84,6 +85,14 @@ func NewWorker(ctx context.Context, cfg Config, opts Options) (_ *WorkerProcess,
 			ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelWarn)}
 	}
 	return p, nil
+}
+
+// workerConfig is the worker's configuration (for serve --run-worker and
+// gpuplane worker alike).
+func workerConfig(cfg Config, hs hosts, reg prometheus.Registerer, tp trace.TracerProvider) reconcile.Config {
+	return reconcile.Config{Concurrency: cfg.WorkerConcurrency, Resync: cfg.ResyncInterval, Metrics: reg, TracerProvider: tp,
+		Hosts: reconcile.Registry(hs.registry), HostClusterConcurrency: cfg.HostClusterConcurrency,
+		ObserveInterval: cfg.HostClusterProbeInterval}
 }
 
 // MetricsAddr is the bound metrics address ("" without a listener).

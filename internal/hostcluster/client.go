@@ -899,30 +899,13 @@ func refusedByAdmission(err error) bool {
 // all nodes, grouped by the pool label (Settings.PoolLabel); nodes without
 // it are in DefaultPool.
 func (c *Client) Capacity(ctx context.Context) (map[string]Quantities, error) {
-	out := map[string]Quantities{}
-	opts := metav1.ListOptions{Limit: 500}
-	for {
-		nodes, err := c.kube.CoreV1().Nodes().List(ctx, opts)
-		if err != nil {
-			return nil, fmt.Errorf("hostcluster: list nodes: %w", err)
-		}
-		for _, n := range nodes.Items {
-			pool := n.Labels[c.settings.PoolLabel]
-			if pool == "" {
-				pool = DefaultPool
-			}
-			q := out[pool]
-			a := n.Status.Allocatable
-			if gpu, ok := a[corev1.ResourceName(NvidiaGPUResource)]; ok {
-				q.GPUCenti += gpu.Value() * 100
-			}
-			q.CPUMillis += a.Cpu().MilliValue()
-			q.MemoryBytes += a.Memory().Value()
-			out[pool] = q
-		}
-		if nodes.Continue == "" {
-			return out, nil
-		}
-		opts.Continue = nodes.Continue
+	pools, err := c.pools(ctx)
+	if err != nil {
+		return nil, err
 	}
+	out := make(map[string]Quantities, len(pools))
+	for _, p := range pools {
+		out[p.Name] = p.Capacity
+	}
+	return out, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/internal/audit"
 	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/fleet"
 	"github.com/gpuplane/gpuplane/internal/names"
 	"github.com/gpuplane/gpuplane/internal/policy"
 	"github.com/gpuplane/gpuplane/internal/quota"
@@ -24,6 +25,7 @@ import (
 type Service struct {
 	db       *store.DB
 	tenancy  *tenancy.Service
+	fleet    *fleet.Service
 	versions vclusterversions.Catalog
 	log      *slog.Logger
 	now      func() time.Time
@@ -38,16 +40,17 @@ type compiled struct {
 }
 
 // NewService builds the service; now nil is time.Now. ten checks team
-// quotas against their node pool; versions are the vCluster chart and
-// Kubernetes versions requests may name, with the defaults.
-func NewService(db *store.DB, ten *tenancy.Service, versions vclusterversions.Catalog, log *slog.Logger, now func() time.Time) *Service {
+// quotas against their node pool; fl places new virtual clusters on host
+// clusters; versions are the vCluster chart and Kubernetes versions
+// requests may name, with the defaults.
+func NewService(db *store.DB, ten *tenancy.Service, fl *fleet.Service, versions vclusterversions.Catalog, log *slog.Logger, now func() time.Time) *Service {
 	if log == nil {
 		log = slog.Default()
 	}
 	if now == nil {
 		now = time.Now
 	}
-	return &Service{db: db, tenancy: ten, versions: versions, log: log, now: now}
+	return &Service{db: db, tenancy: ten, fleet: fl, versions: versions, log: log, now: now}
 }
 
 // Now is the service's clock.
@@ -174,6 +177,12 @@ func (s *Service) approve(ctx context.Context, tx *store.Tx, r *Request, actor r
 	want, limit, _ := r.Payload.wanted()
 	switch r.Kind {
 	case KindCreateVirtualCluster:
+		if fit.HostCluster == "" {
+			return errs.New(errs.KindUnknown, errs.ReasonInternal, "%s fits but was placed on no host cluster", r.Name())
+		}
+		if err := virtualcluster.PlaceOn(ctx, tx, r.vcID(), fit.HostCluster); err != nil {
+			return err
+		}
 		target, err = s.moveVirtualCluster(ctx, tx, actor, team.Department, r.vcID(), virtualcluster.PhaseProvisioning, false, nil, nil, nil)
 	case KindChangeVirtualClusterQuota:
 		target, err = s.moveVirtualCluster(ctx, tx, actor, team.Department, r.vcID(), virtualcluster.PhaseProvisioning, true, &want, limit, nil)

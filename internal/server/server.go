@@ -63,6 +63,7 @@ type Services struct {
 	VirtualCluster gpuplanev1.VirtualClusterServiceServer
 	Requests       gpuplanev1.RequestServiceServer
 	Policies       gpuplanev1.ApprovalPolicyServiceServer
+	HostClusters   gpuplanev1.HostClusterServiceServer
 }
 
 // Server owns both listeners.
@@ -110,6 +111,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	gpuplanev1.RegisterVirtualClusterServiceServer(s.grpc, svc.VirtualCluster)
 	gpuplanev1.RegisterRequestServiceServer(s.grpc, svc.Requests)
 	gpuplanev1.RegisterApprovalPolicyServiceServer(s.grpc, svc.Policies)
+	if svc.HostClusters != nil {
+		gpuplanev1.RegisterHostClusterServiceServer(s.grpc, svc.HostClusters)
+	}
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -152,6 +156,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		gpuplanev1.RegisterVirtualClusterServiceHandler,
 		gpuplanev1.RegisterRequestServiceHandler,
 		gpuplanev1.RegisterApprovalPolicyServiceHandler,
+		gpuplanev1.RegisterHostClusterServiceHandler,
 	} {
 		if err := register(ctx, gw, s.gwConn); err != nil {
 			s.gwConn.Close()

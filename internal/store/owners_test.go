@@ -24,6 +24,7 @@ var owners = []string{
 	"internal/request/store_policies.go",    // approval_policies
 	"internal/workqueue/workqueue.go",       // reconcile_work
 	"internal/audit/audit.go",               // audit_events
+	"internal/fleet/store.go",               // host_clusters
 	"internal/store/idempotency.go",         // idempotency_keys
 	"internal/store/migrate.go",             // schema_migrations
 	"internal/store/storetest/storetest.go", // throwaway test databases

@@ -18,7 +18,8 @@ import (
 const columns = `id, team_id, display_name, gpu_centi, cpu_millis, memory_bytes,
 	limit_gpu_centi, limit_cpu_millis, limit_memory_bytes, over_quota_weight, priority, allow_fractional_gpus,
 	kubernetes_version, chart_version, expire_time, phase, conditions, generation, observed_generation,
-	endpoint, status_message, alloc_gpu_centi, alloc_cpu_millis, alloc_memory_bytes, version, create_time, update_time`
+	endpoint, status_message, alloc_gpu_centi, alloc_cpu_millis, alloc_memory_bytes, version, create_time, update_time,
+	COALESCE(host_cluster_id, ''), placement_host_cluster, placement_labels`
 
 // The phase sets of the rules in phase.go, as SQL array arguments.
 var (
@@ -36,9 +37,12 @@ func scan(row pgx.Row) (VirtualCluster, error) {
 		&lg, &lc, &lm, &s.OverQuotaWeight, &s.Priority, &s.AllowFractionalGPUs,
 		&s.KubernetesVersion, &s.ChartVersion, &s.ExpireTime, &v.Phase, &conds, &v.Generation, &v.ObservedGeneration,
 		&v.Endpoint, &v.StatusMessage, &v.Allocated.GPU, &v.Allocated.CPUMillis, &v.Allocated.MemoryBytes,
-		&v.Version, &v.Created, &v.Updated)
+		&v.Version, &v.Created, &v.Updated, &v.HostCluster, &s.Placement.HostCluster, &s.Placement.Labels)
 	if err != nil {
 		return v, err
+	}
+	if len(s.Placement.Labels) == 0 {
+		s.Placement.Labels = nil
 	}
 	if lg != nil && lc != nil && lm != nil {
 		s.Limit = &quota.Resources{GPU: quota.GPU(*lg), CPUMillis: *lc, MemoryBytes: *lm}
@@ -68,14 +72,19 @@ func InsertPending(ctx context.Context, tx *store.Tx, team, id string, spec Spec
 		return err
 	}
 	lg, lc, lm := limitColumns(spec.Limit)
+	labels := spec.Placement.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
 	_, err := tx.Exec(ctx, `
 		INSERT INTO virtual_clusters (id, team_id, display_name, gpu_centi, cpu_millis, memory_bytes,
 		       limit_gpu_centi, limit_cpu_millis, limit_memory_bytes, over_quota_weight, priority,
-		       allow_fractional_gpus, kubernetes_version, chart_version, expire_time, phase)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
+		       allow_fractional_gpus, kubernetes_version, chart_version, expire_time, phase,
+		       placement_host_cluster, placement_labels)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
 		id, team, spec.DisplayName, spec.Quota.GPU, spec.Quota.CPUMillis, spec.Quota.MemoryBytes, lg, lc, lm,
 		spec.OverQuotaWeight, spec.Priority, spec.AllowFractionalGPUs, spec.KubernetesVersion,
-		spec.ChartVersion, spec.ExpireTime, PhasePendingApproval)
+		spec.ChartVersion, spec.ExpireTime, PhasePendingApproval, spec.Placement.HostCluster, labels)
 	if store.SQLState(err) == "23505" {
 		return errs.New(errs.KindAlreadyExists, errs.ReasonAlreadyExists,
 			"virtual cluster name %q is taken (names are unique across all teams: they name KAI queues)", id).With("virtual_cluster_id", id)
@@ -104,6 +113,13 @@ func Move(ctx context.Context, tx *store.Tx, id string, phase Phase, q quota.Res
 		       generation = generation + $9, status_message = '', version = version + 1, update_time = now()
 		 WHERE id = $1 RETURNING `+columns,
 		id, phase, q.GPU, q.CPUMillis, q.MemoryBytes, lg, lc, lm, inc, v.Chart, v.Kubernetes))
+}
+
+// PlaceOn records the host cluster a virtual cluster runs on (its create
+// request is being approved; the caller holds the locks placement needs).
+func PlaceOn(ctx context.Context, tx *store.Tx, id, hostCluster string) error {
+	_, err := tx.Exec(ctx, `UPDATE virtual_clusters SET host_cluster_id = $2 WHERE id = $1`, id, hostCluster)
+	return err
 }
 
 // RejectPending marks a virtual cluster still waiting for approval
@@ -163,6 +179,84 @@ func QuotaOfTeam(ctx context.Context, q store.Querier, team, excludeVC string) (
 		FROM virtual_clusters WHERE team_id = $1 AND id <> $2 AND phase = ANY($3)`, team, excludeVC, holdsQuotaPhases)
 }
 
+// QuotaOnHostPool sums the quotas of the virtual clusters on a host
+// cluster whose team runs in node pool pool (the pool's used capacity on
+// that cluster), except excludeVC.
+func QuotaOnHostPool(ctx context.Context, q store.Querier, hostCluster, pool, excludeVC string) (quota.Resources, error) {
+	return sum(ctx, q, `SELECT COALESCE(SUM(v.gpu_centi),0), COALESCE(SUM(v.cpu_millis),0), COALESCE(SUM(v.memory_bytes),0)
+		FROM virtual_clusters v JOIN teams t ON t.id = v.team_id
+		WHERE v.host_cluster_id = $1 AND t.node_pool = $2 AND v.id <> $3 AND v.phase = ANY($4)`,
+		hostCluster, pool, excludeVC, holdsQuotaPhases)
+}
+
+// ParentQuotasOnHost sums the quotas the team's and the department's
+// virtual clusters hold on one host cluster: the quotas of their KAI
+// parent queues there, which cover what lives on that cluster.
+func ParentQuotasOnHost(ctx context.Context, q store.Querier, hostCluster, dept, team string) (teamSum, deptSum quota.Resources, err error) {
+	err = q.QueryRow(ctx, `SELECT
+		       COALESCE(SUM(v.gpu_centi) FILTER (WHERE v.team_id = $3), 0),
+		       COALESCE(SUM(v.cpu_millis) FILTER (WHERE v.team_id = $3), 0),
+		       COALESCE(SUM(v.memory_bytes) FILTER (WHERE v.team_id = $3), 0),
+		       COALESCE(SUM(v.gpu_centi), 0), COALESCE(SUM(v.cpu_millis), 0), COALESCE(SUM(v.memory_bytes), 0)
+		  FROM virtual_clusters v JOIN teams t ON t.id = v.team_id
+		 WHERE v.host_cluster_id = $1 AND t.department_id = $2 AND v.phase = ANY($4)`,
+		hostCluster, dept, team, holdsQuotaPhases).Scan(&teamSum.GPU, &teamSum.CPUMillis, &teamSum.MemoryBytes,
+		&deptSum.GPU, &deptSum.CPUMillis, &deptSum.MemoryBytes)
+	return teamSum, deptSum, err
+}
+
+// OnHostCluster lists (by name, at most limit) the virtual clusters on a
+// host cluster that are not gone, and those waiting for approval that ask
+// for it by name, and counts them all.
+func OnHostCluster(ctx context.Context, q store.Querier, hostCluster string, limit int) (names []string, total int, err error) {
+	rows, err := q.Query(ctx, `SELECT team_id, id, count(*) OVER () FROM virtual_clusters
+		WHERE (host_cluster_id = $1 OR (phase = $4 AND placement_host_cluster = $1)) AND NOT (phase = ANY($2))
+		ORDER BY team_id, id LIMIT $3`, hostCluster, gonePhases, limit, PhasePendingApproval)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var team, id string
+		if err := rows.Scan(&team, &id, &total); err != nil {
+			return nil, 0, err
+		}
+		names = append(names, VirtualCluster{ID: id, Team: team}.Name())
+	}
+	return names, total, rows.Err()
+}
+
+// OnHostClusterInTier lists (at most limit) the virtual clusters on a host
+// cluster that are not gone and whose team is in tier.
+func OnHostClusterInTier(ctx context.Context, q store.Querier, hostCluster, tier string, limit int) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT v.team_id, v.id FROM virtual_clusters v JOIN teams t ON t.id = v.team_id
+		WHERE v.host_cluster_id = $1 AND t.isolation_tier = $2 AND NOT (v.phase = ANY($3)) ORDER BY v.team_id, v.id LIMIT $4`,
+		hostCluster, tier, gonePhases, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var team, id string
+		err := r.Scan(&team, &id)
+		return VirtualCluster{ID: id, Team: team}.Name(), err
+	})
+}
+
+// ForgetHostCluster clears the host cluster of gone virtual clusters that
+// ran on it (their history is in the audit log), so it can be deleted.
+func ForgetHostCluster(ctx context.Context, tx *store.Tx, hostCluster string) error {
+	_, err := tx.Exec(ctx, `UPDATE virtual_clusters SET host_cluster_id = NULL WHERE host_cluster_id = $1 AND phase = ANY($2)`,
+		hostCluster, gonePhases)
+	return err
+}
+
+// CountByHostCluster counts the virtual clusters that are not gone on each
+// host cluster.
+func CountByHostCluster(ctx context.Context, q store.Querier) (map[string]int64, error) {
+	return store.CountBy(ctx, q, `SELECT host_cluster_id, count(*) FROM virtual_clusters
+		WHERE host_cluster_id IS NOT NULL AND NOT (phase = ANY($1)) GROUP BY host_cluster_id`, gonePhases)
+}
+
 // AllocatedToTeam sums what KAI reports allocated in the team's queues.
 func AllocatedToTeam(ctx context.Context, q store.Querier, team string) (quota.Resources, error) {
 	return sum(ctx, q, `SELECT COALESCE(SUM(alloc_gpu_centi),0), COALESCE(SUM(alloc_cpu_millis),0), COALESCE(SUM(alloc_memory_bytes),0)
@@ -204,7 +298,8 @@ func NextExpired(ctx context.Context, tx *store.Tx, now time.Time) (id, team str
 }
 
 var listFilter = filter.Schema{
-	"phase": {Column: "phase", Type: filter.Enum, Enum: PhasesWhere(Phase.Valid)},
+	"phase":        {Column: "phase", Type: filter.Enum, Enum: PhasesWhere(Phase.Valid)},
+	"host_cluster": {Column: "host_cluster_id", Type: filter.String, Strip: "hostClusters/"},
 }
 
 // ListOptions select one page of a list.

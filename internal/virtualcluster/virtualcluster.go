@@ -24,6 +24,8 @@ type Spec struct {
 	KubernetesVersion   string
 	ChartVersion        string
 	ExpireTime          *time.Time
+	// Placement is where the create request asked it to run.
+	Placement Placement
 }
 
 // VirtualCluster is a stored virtual cluster: spec, status and row
@@ -38,8 +40,11 @@ type VirtualCluster struct {
 	Endpoint           string
 	StatusMessage      string
 	Allocated          quota.Resources
-	Version            int64
-	Created, Updated   time.Time
+	// HostCluster is the id of the host cluster it runs on, chosen when
+	// its create request was approved ("" until then).
+	HostCluster      string
+	Version          int64
+	Created, Updated time.Time
 }
 
 // Name is the API resource name.
@@ -59,6 +64,7 @@ type SpecJSON struct {
 	KubernetesVersion   string           `json:"kubernetes_version,omitempty"`
 	ChartVersion        string           `json:"chart_version,omitempty"`
 	ExpireTime          *jsonshape.Time  `json:"expire_time,omitempty"`
+	Placement           *placementJSON   `json:"placement,omitempty"`
 }
 
 // JSON renders the spec as the API does.
@@ -67,6 +73,7 @@ func (s Spec) JSON() *SpecJSON {
 		DisplayName: s.DisplayName, Quota: jsonshape.QuotaOf(s.Quota), Limit: jsonshape.QuotaPtr(s.Limit),
 		OverQuotaWeight: s.OverQuotaWeight, Priority: s.Priority, AllowFractionalGPUs: s.AllowFractionalGPUs,
 		KubernetesVersion: s.KubernetesVersion, ChartVersion: s.ChartVersion, ExpireTime: jsonshape.At(s.ExpireTime),
+		Placement: s.Placement.json(),
 	}
 }
 
@@ -76,7 +83,8 @@ func (j *SpecJSON) Spec() (Spec, error) {
 		return Spec{}, nil
 	}
 	s := Spec{DisplayName: j.DisplayName, OverQuotaWeight: j.OverQuotaWeight, Priority: j.Priority,
-		AllowFractionalGPUs: j.AllowFractionalGPUs, KubernetesVersion: j.KubernetesVersion, ChartVersion: j.ChartVersion}
+		AllowFractionalGPUs: j.AllowFractionalGPUs, KubernetesVersion: j.KubernetesVersion, ChartVersion: j.ChartVersion,
+		Placement: j.Placement.placement()}
 	var err error
 	if s.Quota, err = j.Quota.Resources(); err != nil {
 		return s, err
@@ -102,6 +110,7 @@ type statusJSON struct {
 	Endpoint           string           `json:"endpoint,omitempty"`
 	Message            string           `json:"message,omitempty"`
 	Allocated          *jsonshape.Quota `json:"allocated,omitempty"`
+	HostCluster        string           `json:"host_cluster,omitempty"`
 }
 
 // Snapshot is the virtual cluster as the API renders it (the
@@ -124,6 +133,7 @@ func (v VirtualCluster) Snapshot() *Snapshot {
 		Status: &statusJSON{
 			Phase: v.Phase, Conditions: conditionsJSON(v.Conditions), ObservedGeneration: jsonshape.Int64(v.ObservedGeneration),
 			Endpoint: v.Endpoint, Message: v.StatusMessage, Allocated: jsonshape.QuotaOf(v.Allocated),
+			HostCluster: hostClusterName(v.HostCluster),
 		},
 		Generation: jsonshape.Int64(v.Generation),
 		Etag:       v.Etag(),
@@ -140,4 +150,12 @@ func (s *Snapshot) WithMessage(msg string) *Snapshot {
 	st.Message = msg
 	c.Status = &st
 	return &c
+}
+
+// hostClusterName is the resource name of a host cluster id ("" stays "").
+func hostClusterName(id string) string {
+	if id == "" {
+		return ""
+	}
+	return names.HostCluster(id)
 }

@@ -89,7 +89,7 @@ func (x VirtualClusterStatus_Phase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use VirtualClusterStatus_Phase.Descriptor instead.
 func (VirtualClusterStatus_Phase) EnumDescriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{2, 0}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{3, 0}
 }
 
 type Condition_Status int32
@@ -141,7 +141,7 @@ func (x Condition_Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Condition_Status.Descriptor instead.
 func (Condition_Status) EnumDescriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{3, 0}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{4, 0}
 }
 
 type Request_State int32
@@ -204,7 +204,7 @@ func (x Request_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Request_State.Descriptor instead.
 func (Request_State) EnumDescriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{9, 0}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{10, 0}
 }
 
 type Request_Kind int32
@@ -264,7 +264,7 @@ func (x Request_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Request_Kind.Descriptor instead.
 func (Request_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{9, 1}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{10, 1}
 }
 
 // VirtualCluster is a team's vCluster on the shared host cluster and its
@@ -382,7 +382,10 @@ type VirtualClusterSpec struct {
 	KubernetesVersion string `protobuf:"bytes,7,opt,name=kubernetes_version,json=kubernetesVersion,proto3" json:"kubernetes_version,omitempty"`
 	ChartVersion      string `protobuf:"bytes,8,opt,name=chart_version,json=chartVersion,proto3" json:"chart_version,omitempty"`
 	// When set, a delete request is created automatically once it passes.
-	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// Where to run it; unset, the platform chooses (see Placement). Set only
+	// on create.
+	Placement     *Placement `protobuf:"bytes,10,opt,name=placement,proto3" json:"placement,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -480,6 +483,74 @@ func (x *VirtualClusterSpec) GetExpireTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *VirtualClusterSpec) GetPlacement() *Placement {
+	if x != nil {
+		return x.Placement
+	}
+	return nil
+}
+
+// Placement constrains the host cluster a new virtual cluster runs on.
+// Candidates are the host clusters that take the team's isolation tier,
+// are not cordoned, are reachable, carry every label asked for and, when
+// one is named, are that one; of those with room in the team's node pool
+// (capacity x overcommit minus the quotas placed there), the one left
+// with the most free GPUs wins (then CPU, memory, name).
+type Placement struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// hostClusters/{host_cluster}: run there.
+	HostCluster string `protobuf:"bytes,1,opt,name=host_cluster,json=hostCluster,proto3" json:"host_cluster,omitempty"`
+	// Only host clusters carrying every one of these labels, e.g.
+	// {"region": "eu", "gpu-model": "h100"}.
+	HostClusterLabels map[string]string `protobuf:"bytes,2,rep,name=host_cluster_labels,json=hostClusterLabels,proto3" json:"host_cluster_labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *Placement) Reset() {
+	*x = Placement{}
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Placement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Placement) ProtoMessage() {}
+
+func (x *Placement) ProtoReflect() protoreflect.Message {
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Placement.ProtoReflect.Descriptor instead.
+func (*Placement) Descriptor() ([]byte, []int) {
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Placement) GetHostCluster() string {
+	if x != nil {
+		return x.HostCluster
+	}
+	return ""
+}
+
+func (x *Placement) GetHostClusterLabels() map[string]string {
+	if x != nil {
+		return x.HostClusterLabels
+	}
+	return nil
+}
+
 type VirtualClusterStatus struct {
 	state      protoimpl.MessageState     `protogen:"open.v1"`
 	Phase      VirtualClusterStatus_Phase `protobuf:"varint,1,opt,name=phase,proto3,enum=gpuplane.v1.VirtualClusterStatus_Phase" json:"phase,omitempty"`
@@ -491,14 +562,17 @@ type VirtualClusterStatus struct {
 	// Why the phase is what it is (errors, degraded reasons).
 	Message string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
 	// Resources KAI reports as allocated to the leaf queue.
-	Allocated     *Quota `protobuf:"bytes,6,opt,name=allocated,proto3" json:"allocated,omitempty"`
+	Allocated *Quota `protobuf:"bytes,6,opt,name=allocated,proto3" json:"allocated,omitempty"`
+	// hostClusters/{host_cluster} it runs on, chosen when its create
+	// request was approved.
+	HostCluster   string `protobuf:"bytes,7,opt,name=host_cluster,json=hostCluster,proto3" json:"host_cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VirtualClusterStatus) Reset() {
 	*x = VirtualClusterStatus{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[2]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +584,7 @@ func (x *VirtualClusterStatus) String() string {
 func (*VirtualClusterStatus) ProtoMessage() {}
 
 func (x *VirtualClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[2]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +597,7 @@ func (x *VirtualClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VirtualClusterStatus.ProtoReflect.Descriptor instead.
 func (*VirtualClusterStatus) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{2}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *VirtualClusterStatus) GetPhase() VirtualClusterStatus_Phase {
@@ -568,6 +642,13 @@ func (x *VirtualClusterStatus) GetAllocated() *Quota {
 	return nil
 }
 
+func (x *VirtualClusterStatus) GetHostCluster() string {
+	if x != nil {
+		return x.HostCluster
+	}
+	return ""
+}
+
 type Condition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// e.g. NamespaceReady, QueuesReady, GuardrailsReady, ReleaseDeployed,
@@ -584,7 +665,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[3]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +677,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[3]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +690,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{3}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Condition) GetType() string {
@@ -669,7 +750,7 @@ type GetVirtualClusterKubeconfigRequest struct {
 
 func (x *GetVirtualClusterKubeconfigRequest) Reset() {
 	*x = GetVirtualClusterKubeconfigRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[4]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -681,7 +762,7 @@ func (x *GetVirtualClusterKubeconfigRequest) String() string {
 func (*GetVirtualClusterKubeconfigRequest) ProtoMessage() {}
 
 func (x *GetVirtualClusterKubeconfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[4]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -694,7 +775,7 @@ func (x *GetVirtualClusterKubeconfigRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use GetVirtualClusterKubeconfigRequest.ProtoReflect.Descriptor instead.
 func (*GetVirtualClusterKubeconfigRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{4}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetVirtualClusterKubeconfigRequest) GetName() string {
@@ -735,7 +816,7 @@ type VirtualClusterKubeconfig struct {
 
 func (x *VirtualClusterKubeconfig) Reset() {
 	*x = VirtualClusterKubeconfig{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[5]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -747,7 +828,7 @@ func (x *VirtualClusterKubeconfig) String() string {
 func (*VirtualClusterKubeconfig) ProtoMessage() {}
 
 func (x *VirtualClusterKubeconfig) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[5]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -760,7 +841,7 @@ func (x *VirtualClusterKubeconfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VirtualClusterKubeconfig.ProtoReflect.Descriptor instead.
 func (*VirtualClusterKubeconfig) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{5}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *VirtualClusterKubeconfig) GetKubeconfig() string {
@@ -807,7 +888,7 @@ type GetVirtualClusterRequest struct {
 
 func (x *GetVirtualClusterRequest) Reset() {
 	*x = GetVirtualClusterRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[6]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -819,7 +900,7 @@ func (x *GetVirtualClusterRequest) String() string {
 func (*GetVirtualClusterRequest) ProtoMessage() {}
 
 func (x *GetVirtualClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[6]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -832,7 +913,7 @@ func (x *GetVirtualClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVirtualClusterRequest.ProtoReflect.Descriptor instead.
 func (*GetVirtualClusterRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{6}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetVirtualClusterRequest) GetName() string {
@@ -848,7 +929,7 @@ type ListVirtualClustersRequest struct {
 	Parent    string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"` // Required.
 	PageSize  int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	// Fields: phase.
+	// Fields: phase, host_cluster (hostClusters/{id}).
 	Filter        string `protobuf:"bytes,4,opt,name=filter,proto3" json:"filter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -856,7 +937,7 @@ type ListVirtualClustersRequest struct {
 
 func (x *ListVirtualClustersRequest) Reset() {
 	*x = ListVirtualClustersRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[7]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +949,7 @@ func (x *ListVirtualClustersRequest) String() string {
 func (*ListVirtualClustersRequest) ProtoMessage() {}
 
 func (x *ListVirtualClustersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[7]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +962,7 @@ func (x *ListVirtualClustersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVirtualClustersRequest.ProtoReflect.Descriptor instead.
 func (*ListVirtualClustersRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{7}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListVirtualClustersRequest) GetParent() string {
@@ -922,7 +1003,7 @@ type ListVirtualClustersResponse struct {
 
 func (x *ListVirtualClustersResponse) Reset() {
 	*x = ListVirtualClustersResponse{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[8]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1015,7 @@ func (x *ListVirtualClustersResponse) String() string {
 func (*ListVirtualClustersResponse) ProtoMessage() {}
 
 func (x *ListVirtualClustersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[8]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1028,7 @@ func (x *ListVirtualClustersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVirtualClustersResponse.ProtoReflect.Descriptor instead.
 func (*ListVirtualClustersResponse) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{8}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListVirtualClustersResponse) GetVirtualClusters() []*VirtualCluster {
@@ -1003,7 +1084,7 @@ type Request struct {
 
 func (x *Request) Reset() {
 	*x = Request{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[9]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1015,7 +1096,7 @@ func (x *Request) String() string {
 func (*Request) ProtoMessage() {}
 
 func (x *Request) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[9]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1028,7 +1109,7 @@ func (x *Request) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Request.ProtoReflect.Descriptor instead.
 func (*Request) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{9}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Request) GetName() string {
@@ -1235,7 +1316,7 @@ type CreateVirtualClusterPayload struct {
 
 func (x *CreateVirtualClusterPayload) Reset() {
 	*x = CreateVirtualClusterPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[10]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1328,7 @@ func (x *CreateVirtualClusterPayload) String() string {
 func (*CreateVirtualClusterPayload) ProtoMessage() {}
 
 func (x *CreateVirtualClusterPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[10]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1341,7 @@ func (x *CreateVirtualClusterPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVirtualClusterPayload.ProtoReflect.Descriptor instead.
 func (*CreateVirtualClusterPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{10}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateVirtualClusterPayload) GetVirtualClusterId() string {
@@ -1300,7 +1381,7 @@ type ChangeVirtualClusterQuotaPayload struct {
 
 func (x *ChangeVirtualClusterQuotaPayload) Reset() {
 	*x = ChangeVirtualClusterQuotaPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[11]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1393,7 @@ func (x *ChangeVirtualClusterQuotaPayload) String() string {
 func (*ChangeVirtualClusterQuotaPayload) ProtoMessage() {}
 
 func (x *ChangeVirtualClusterQuotaPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[11]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1406,7 @@ func (x *ChangeVirtualClusterQuotaPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeVirtualClusterQuotaPayload.ProtoReflect.Descriptor instead.
 func (*ChangeVirtualClusterQuotaPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{11}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ChangeVirtualClusterQuotaPayload) GetVirtualCluster() string {
@@ -1379,7 +1460,7 @@ type ChangeVirtualClusterVersionPayload struct {
 
 func (x *ChangeVirtualClusterVersionPayload) Reset() {
 	*x = ChangeVirtualClusterVersionPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[12]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1472,7 @@ func (x *ChangeVirtualClusterVersionPayload) String() string {
 func (*ChangeVirtualClusterVersionPayload) ProtoMessage() {}
 
 func (x *ChangeVirtualClusterVersionPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[12]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1485,7 @@ func (x *ChangeVirtualClusterVersionPayload) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ChangeVirtualClusterVersionPayload.ProtoReflect.Descriptor instead.
 func (*ChangeVirtualClusterVersionPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{12}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ChangeVirtualClusterVersionPayload) GetVirtualCluster() string {
@@ -1438,7 +1519,7 @@ type ChangeTeamQuotaPayload struct {
 
 func (x *ChangeTeamQuotaPayload) Reset() {
 	*x = ChangeTeamQuotaPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[13]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1531,7 @@ func (x *ChangeTeamQuotaPayload) String() string {
 func (*ChangeTeamQuotaPayload) ProtoMessage() {}
 
 func (x *ChangeTeamQuotaPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[13]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1544,7 @@ func (x *ChangeTeamQuotaPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeTeamQuotaPayload.ProtoReflect.Descriptor instead.
 func (*ChangeTeamQuotaPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{13}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ChangeTeamQuotaPayload) GetQuota() *Quota {
@@ -1489,7 +1570,7 @@ type DeleteVirtualClusterPayload struct {
 
 func (x *DeleteVirtualClusterPayload) Reset() {
 	*x = DeleteVirtualClusterPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[14]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +1582,7 @@ func (x *DeleteVirtualClusterPayload) String() string {
 func (*DeleteVirtualClusterPayload) ProtoMessage() {}
 
 func (x *DeleteVirtualClusterPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[14]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +1595,7 @@ func (x *DeleteVirtualClusterPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVirtualClusterPayload.ProtoReflect.Descriptor instead.
 func (*DeleteVirtualClusterPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{14}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteVirtualClusterPayload) GetVirtualCluster() string {
@@ -1526,16 +1607,19 @@ func (x *DeleteVirtualClusterPayload) GetVirtualCluster() string {
 
 // FitResult is the "will it fit" answer.
 type FitResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Fits          bool                   `protobuf:"varint,1,opt,name=fits,proto3" json:"fits,omitempty"`
-	Shortfalls    []*Shortfall           `protobuf:"bytes,2,rep,name=shortfalls,proto3" json:"shortfalls,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Fits       bool                   `protobuf:"varint,1,opt,name=fits,proto3" json:"fits,omitempty"`
+	Shortfalls []*Shortfall           `protobuf:"bytes,2,rep,name=shortfalls,proto3" json:"shortfalls,omitempty"`
+	// hostClusters/{host_cluster} a new virtual cluster would be placed on
+	// now, or the one the virtual cluster runs on.
+	HostCluster   string `protobuf:"bytes,3,opt,name=host_cluster,json=hostCluster,proto3" json:"host_cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FitResult) Reset() {
 	*x = FitResult{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[15]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1631,7 @@ func (x *FitResult) String() string {
 func (*FitResult) ProtoMessage() {}
 
 func (x *FitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[15]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1644,7 @@ func (x *FitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FitResult.ProtoReflect.Descriptor instead.
 func (*FitResult) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{15}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FitResult) GetFits() bool {
@@ -1577,9 +1661,17 @@ func (x *FitResult) GetShortfalls() []*Shortfall {
 	return nil
 }
 
+func (x *FitResult) GetHostCluster() string {
+	if x != nil {
+		return x.HostCluster
+	}
+	return ""
+}
+
 type Shortfall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "cluster", "department", "team" or "allocation".
+	// "cluster", "department", "pool", "team", "host_cluster" (a node
+	// pool of one host cluster) or "allocation".
 	Level string `protobuf:"bytes,1,opt,name=level,proto3" json:"level,omitempty"`
 	// The resource name at that level, e.g. "departments/research".
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
@@ -1596,7 +1688,7 @@ type Shortfall struct {
 
 func (x *Shortfall) Reset() {
 	*x = Shortfall{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[16]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1700,7 @@ func (x *Shortfall) String() string {
 func (*Shortfall) ProtoMessage() {}
 
 func (x *Shortfall) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[16]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1713,7 @@ func (x *Shortfall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shortfall.ProtoReflect.Descriptor instead.
 func (*Shortfall) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{16}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Shortfall) GetLevel() string {
@@ -1683,7 +1775,7 @@ type CreateRequestRequest struct {
 
 func (x *CreateRequestRequest) Reset() {
 	*x = CreateRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[17]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1695,7 +1787,7 @@ func (x *CreateRequestRequest) String() string {
 func (*CreateRequestRequest) ProtoMessage() {}
 
 func (x *CreateRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[17]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1708,7 +1800,7 @@ func (x *CreateRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequestRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{17}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateRequestRequest) GetRequest() *Request {
@@ -1734,7 +1826,7 @@ type GetRequestRequest struct {
 
 func (x *GetRequestRequest) Reset() {
 	*x = GetRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[18]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +1838,7 @@ func (x *GetRequestRequest) String() string {
 func (*GetRequestRequest) ProtoMessage() {}
 
 func (x *GetRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[18]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +1851,7 @@ func (x *GetRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequestRequest.ProtoReflect.Descriptor instead.
 func (*GetRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{18}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetRequestRequest) GetName() string {
@@ -1782,7 +1874,7 @@ type ListRequestsRequest struct {
 
 func (x *ListRequestsRequest) Reset() {
 	*x = ListRequestsRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[19]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +1886,7 @@ func (x *ListRequestsRequest) String() string {
 func (*ListRequestsRequest) ProtoMessage() {}
 
 func (x *ListRequestsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[19]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +1899,7 @@ func (x *ListRequestsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequestsRequest.ProtoReflect.Descriptor instead.
 func (*ListRequestsRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{19}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListRequestsRequest) GetPageSize() int32 {
@@ -1842,7 +1934,7 @@ type ListRequestsResponse struct {
 
 func (x *ListRequestsResponse) Reset() {
 	*x = ListRequestsResponse{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[20]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +1946,7 @@ func (x *ListRequestsResponse) String() string {
 func (*ListRequestsResponse) ProtoMessage() {}
 
 func (x *ListRequestsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[20]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +1959,7 @@ func (x *ListRequestsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequestsResponse.ProtoReflect.Descriptor instead.
 func (*ListRequestsResponse) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{20}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListRequestsResponse) GetRequests() []*Request {
@@ -1894,7 +1986,7 @@ type CancelRequestRequest struct {
 
 func (x *CancelRequestRequest) Reset() {
 	*x = CancelRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[21]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +1998,7 @@ func (x *CancelRequestRequest) String() string {
 func (*CancelRequestRequest) ProtoMessage() {}
 
 func (x *CancelRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[21]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +2011,7 @@ func (x *CancelRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequestRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{21}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CancelRequestRequest) GetName() string {
@@ -1947,7 +2039,7 @@ type ApproveRequestRequest struct {
 
 func (x *ApproveRequestRequest) Reset() {
 	*x = ApproveRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[22]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1959,7 +2051,7 @@ func (x *ApproveRequestRequest) String() string {
 func (*ApproveRequestRequest) ProtoMessage() {}
 
 func (x *ApproveRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[22]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1972,7 +2064,7 @@ func (x *ApproveRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveRequestRequest.ProtoReflect.Descriptor instead.
 func (*ApproveRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{22}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ApproveRequestRequest) GetName() string {
@@ -2007,7 +2099,7 @@ type RejectRequestRequest struct {
 
 func (x *RejectRequestRequest) Reset() {
 	*x = RejectRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[23]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2019,7 +2111,7 @@ func (x *RejectRequestRequest) String() string {
 func (*RejectRequestRequest) ProtoMessage() {}
 
 func (x *RejectRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[23]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2032,7 +2124,7 @@ func (x *RejectRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectRequestRequest.ProtoReflect.Descriptor instead.
 func (*RejectRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{23}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RejectRequestRequest) GetName() string {
@@ -2067,7 +2159,7 @@ type CheckFitRequest struct {
 
 func (x *CheckFitRequest) Reset() {
 	*x = CheckFitRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[24]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2171,7 @@ func (x *CheckFitRequest) String() string {
 func (*CheckFitRequest) ProtoMessage() {}
 
 func (x *CheckFitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[24]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2184,7 @@ func (x *CheckFitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckFitRequest.ProtoReflect.Descriptor instead.
 func (*CheckFitRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{24}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CheckFitRequest) GetName() string {
@@ -2129,7 +2221,7 @@ type ApprovalPolicy struct {
 
 func (x *ApprovalPolicy) Reset() {
 	*x = ApprovalPolicy{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[25]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2233,7 @@ func (x *ApprovalPolicy) String() string {
 func (*ApprovalPolicy) ProtoMessage() {}
 
 func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[25]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2246,7 @@ func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicy.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicy) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{25}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ApprovalPolicy) GetName() string {
@@ -2215,7 +2307,7 @@ type GetApprovalPolicyRequest struct {
 
 func (x *GetApprovalPolicyRequest) Reset() {
 	*x = GetApprovalPolicyRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[26]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2227,7 +2319,7 @@ func (x *GetApprovalPolicyRequest) String() string {
 func (*GetApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *GetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[26]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2240,7 +2332,7 @@ func (x *GetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{26}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetApprovalPolicyRequest) GetName() string {
@@ -2260,7 +2352,7 @@ type ListApprovalPoliciesRequest struct {
 
 func (x *ListApprovalPoliciesRequest) Reset() {
 	*x = ListApprovalPoliciesRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[27]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2272,7 +2364,7 @@ func (x *ListApprovalPoliciesRequest) String() string {
 func (*ListApprovalPoliciesRequest) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[27]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2285,7 +2377,7 @@ func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{27}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListApprovalPoliciesRequest) GetPageSize() int32 {
@@ -2312,7 +2404,7 @@ type ListApprovalPoliciesResponse struct {
 
 func (x *ListApprovalPoliciesResponse) Reset() {
 	*x = ListApprovalPoliciesResponse{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[28]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2324,7 +2416,7 @@ func (x *ListApprovalPoliciesResponse) String() string {
 func (*ListApprovalPoliciesResponse) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[28]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2337,7 +2429,7 @@ func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{28}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListApprovalPoliciesResponse) GetApprovalPolicies() []*ApprovalPolicy {
@@ -2365,7 +2457,7 @@ type CreateApprovalPolicyRequest struct {
 
 func (x *CreateApprovalPolicyRequest) Reset() {
 	*x = CreateApprovalPolicyRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[29]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2377,7 +2469,7 @@ func (x *CreateApprovalPolicyRequest) String() string {
 func (*CreateApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *CreateApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[29]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2390,7 +2482,7 @@ func (x *CreateApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*CreateApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{29}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateApprovalPolicyRequest) GetApprovalPolicyId() string {
@@ -2425,7 +2517,7 @@ type UpdateApprovalPolicyRequest struct {
 
 func (x *UpdateApprovalPolicyRequest) Reset() {
 	*x = UpdateApprovalPolicyRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[30]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2437,7 +2529,7 @@ func (x *UpdateApprovalPolicyRequest) String() string {
 func (*UpdateApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *UpdateApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[30]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2450,7 +2542,7 @@ func (x *UpdateApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*UpdateApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{30}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *UpdateApprovalPolicyRequest) GetApprovalPolicy() *ApprovalPolicy {
@@ -2477,7 +2569,7 @@ type DeleteApprovalPolicyRequest struct {
 
 func (x *DeleteApprovalPolicyRequest) Reset() {
 	*x = DeleteApprovalPolicyRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[31]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2489,7 +2581,7 @@ func (x *DeleteApprovalPolicyRequest) String() string {
 func (*DeleteApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *DeleteApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[31]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2502,7 +2594,7 @@ func (x *DeleteApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeleteApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{31}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteApprovalPolicyRequest) GetName() string {
@@ -2535,7 +2627,7 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\x98\x03\n" +
+	"updateTime\"\xce\x03\n" +
 	"\x12VirtualClusterSpec\x12!\n" +
 	"\fdisplay_name\x18\x01 \x01(\tR\vdisplayName\x12(\n" +
 	"\x05quota\x18\x02 \x01(\v2\x12.gpuplane.v1.QuotaR\x05quota\x12(\n" +
@@ -2546,7 +2638,15 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\x12kubernetes_version\x18\a \x01(\tR\x11kubernetesVersion\x12#\n" +
 	"\rchart_version\x18\b \x01(\tR\fchartVersion\x12;\n" +
 	"\vexpire_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime\"\xbd\x03\n" +
+	"expireTime\x124\n" +
+	"\tplacement\x18\n" +
+	" \x01(\v2\x16.gpuplane.v1.PlacementR\tplacement\"\xd3\x01\n" +
+	"\tPlacement\x12!\n" +
+	"\fhost_cluster\x18\x01 \x01(\tR\vhostCluster\x12]\n" +
+	"\x13host_cluster_labels\x18\x02 \x03(\v2-.gpuplane.v1.Placement.HostClusterLabelsEntryR\x11hostClusterLabels\x1aD\n" +
+	"\x16HostClusterLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe0\x03\n" +
 	"\x14VirtualClusterStatus\x12=\n" +
 	"\x05phase\x18\x01 \x01(\x0e2'.gpuplane.v1.VirtualClusterStatus.PhaseR\x05phase\x126\n" +
 	"\n" +
@@ -2555,7 +2655,8 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\x13observed_generation\x18\x03 \x01(\x03R\x12observedGeneration\x12\x1a\n" +
 	"\bendpoint\x18\x04 \x01(\tR\bendpoint\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x120\n" +
-	"\tallocated\x18\x06 \x01(\v2\x12.gpuplane.v1.QuotaR\tallocated\"\x94\x01\n" +
+	"\tallocated\x18\x06 \x01(\v2\x12.gpuplane.v1.QuotaR\tallocated\x12!\n" +
+	"\fhost_cluster\x18\a \x01(\tR\vhostCluster\"\x94\x01\n" +
 	"\x05Phase\x12\x15\n" +
 	"\x11PHASE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10PENDING_APPROVAL\x10\x01\x12\x10\n" +
@@ -2665,12 +2766,13 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\x05quota\x18\x01 \x01(\v2\x12.gpuplane.v1.QuotaR\x05quota\x12+\n" +
 	"\x11accept_preemption\x18\x02 \x01(\bR\x10acceptPreemption\"F\n" +
 	"\x1bDeleteVirtualClusterPayload\x12'\n" +
-	"\x0fvirtual_cluster\x18\x01 \x01(\tR\x0evirtualCluster\"W\n" +
+	"\x0fvirtual_cluster\x18\x01 \x01(\tR\x0evirtualCluster\"z\n" +
 	"\tFitResult\x12\x12\n" +
 	"\x04fits\x18\x01 \x01(\bR\x04fits\x126\n" +
 	"\n" +
 	"shortfalls\x18\x02 \x03(\v2\x16.gpuplane.v1.ShortfallR\n" +
-	"shortfalls\"\xb9\x01\n" +
+	"shortfalls\x12!\n" +
+	"\fhost_cluster\x18\x03 \x01(\tR\vhostCluster\"\xb9\x01\n" +
 	"\tShortfall\x12\x14\n" +
 	"\x05level\x18\x01 \x01(\tR\x05level\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
@@ -2773,7 +2875,7 @@ func file_gpuplane_v1_workflow_proto_rawDescGZIP() []byte {
 }
 
 var file_gpuplane_v1_workflow_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_gpuplane_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_gpuplane_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_gpuplane_v1_workflow_proto_goTypes = []any{
 	(VirtualClusterStatus_Phase)(0),            // 0: gpuplane.v1.VirtualClusterStatus.Phase
 	(Condition_Status)(0),                      // 1: gpuplane.v1.Condition.Status
@@ -2781,114 +2883,118 @@ var file_gpuplane_v1_workflow_proto_goTypes = []any{
 	(Request_Kind)(0),                          // 3: gpuplane.v1.Request.Kind
 	(*VirtualCluster)(nil),                     // 4: gpuplane.v1.VirtualCluster
 	(*VirtualClusterSpec)(nil),                 // 5: gpuplane.v1.VirtualClusterSpec
-	(*VirtualClusterStatus)(nil),               // 6: gpuplane.v1.VirtualClusterStatus
-	(*Condition)(nil),                          // 7: gpuplane.v1.Condition
-	(*GetVirtualClusterKubeconfigRequest)(nil), // 8: gpuplane.v1.GetVirtualClusterKubeconfigRequest
-	(*VirtualClusterKubeconfig)(nil),           // 9: gpuplane.v1.VirtualClusterKubeconfig
-	(*GetVirtualClusterRequest)(nil),           // 10: gpuplane.v1.GetVirtualClusterRequest
-	(*ListVirtualClustersRequest)(nil),         // 11: gpuplane.v1.ListVirtualClustersRequest
-	(*ListVirtualClustersResponse)(nil),        // 12: gpuplane.v1.ListVirtualClustersResponse
-	(*Request)(nil),                            // 13: gpuplane.v1.Request
-	(*CreateVirtualClusterPayload)(nil),        // 14: gpuplane.v1.CreateVirtualClusterPayload
-	(*ChangeVirtualClusterQuotaPayload)(nil),   // 15: gpuplane.v1.ChangeVirtualClusterQuotaPayload
-	(*ChangeVirtualClusterVersionPayload)(nil), // 16: gpuplane.v1.ChangeVirtualClusterVersionPayload
-	(*ChangeTeamQuotaPayload)(nil),             // 17: gpuplane.v1.ChangeTeamQuotaPayload
-	(*DeleteVirtualClusterPayload)(nil),        // 18: gpuplane.v1.DeleteVirtualClusterPayload
-	(*FitResult)(nil),                          // 19: gpuplane.v1.FitResult
-	(*Shortfall)(nil),                          // 20: gpuplane.v1.Shortfall
-	(*CreateRequestRequest)(nil),               // 21: gpuplane.v1.CreateRequestRequest
-	(*GetRequestRequest)(nil),                  // 22: gpuplane.v1.GetRequestRequest
-	(*ListRequestsRequest)(nil),                // 23: gpuplane.v1.ListRequestsRequest
-	(*ListRequestsResponse)(nil),               // 24: gpuplane.v1.ListRequestsResponse
-	(*CancelRequestRequest)(nil),               // 25: gpuplane.v1.CancelRequestRequest
-	(*ApproveRequestRequest)(nil),              // 26: gpuplane.v1.ApproveRequestRequest
-	(*RejectRequestRequest)(nil),               // 27: gpuplane.v1.RejectRequestRequest
-	(*CheckFitRequest)(nil),                    // 28: gpuplane.v1.CheckFitRequest
-	(*ApprovalPolicy)(nil),                     // 29: gpuplane.v1.ApprovalPolicy
-	(*GetApprovalPolicyRequest)(nil),           // 30: gpuplane.v1.GetApprovalPolicyRequest
-	(*ListApprovalPoliciesRequest)(nil),        // 31: gpuplane.v1.ListApprovalPoliciesRequest
-	(*ListApprovalPoliciesResponse)(nil),       // 32: gpuplane.v1.ListApprovalPoliciesResponse
-	(*CreateApprovalPolicyRequest)(nil),        // 33: gpuplane.v1.CreateApprovalPolicyRequest
-	(*UpdateApprovalPolicyRequest)(nil),        // 34: gpuplane.v1.UpdateApprovalPolicyRequest
-	(*DeleteApprovalPolicyRequest)(nil),        // 35: gpuplane.v1.DeleteApprovalPolicyRequest
-	(*timestamppb.Timestamp)(nil),              // 36: google.protobuf.Timestamp
-	(*Quota)(nil),                              // 37: gpuplane.v1.Quota
-	(*fieldmaskpb.FieldMask)(nil),              // 38: google.protobuf.FieldMask
-	(*emptypb.Empty)(nil),                      // 39: google.protobuf.Empty
+	(*Placement)(nil),                          // 6: gpuplane.v1.Placement
+	(*VirtualClusterStatus)(nil),               // 7: gpuplane.v1.VirtualClusterStatus
+	(*Condition)(nil),                          // 8: gpuplane.v1.Condition
+	(*GetVirtualClusterKubeconfigRequest)(nil), // 9: gpuplane.v1.GetVirtualClusterKubeconfigRequest
+	(*VirtualClusterKubeconfig)(nil),           // 10: gpuplane.v1.VirtualClusterKubeconfig
+	(*GetVirtualClusterRequest)(nil),           // 11: gpuplane.v1.GetVirtualClusterRequest
+	(*ListVirtualClustersRequest)(nil),         // 12: gpuplane.v1.ListVirtualClustersRequest
+	(*ListVirtualClustersResponse)(nil),        // 13: gpuplane.v1.ListVirtualClustersResponse
+	(*Request)(nil),                            // 14: gpuplane.v1.Request
+	(*CreateVirtualClusterPayload)(nil),        // 15: gpuplane.v1.CreateVirtualClusterPayload
+	(*ChangeVirtualClusterQuotaPayload)(nil),   // 16: gpuplane.v1.ChangeVirtualClusterQuotaPayload
+	(*ChangeVirtualClusterVersionPayload)(nil), // 17: gpuplane.v1.ChangeVirtualClusterVersionPayload
+	(*ChangeTeamQuotaPayload)(nil),             // 18: gpuplane.v1.ChangeTeamQuotaPayload
+	(*DeleteVirtualClusterPayload)(nil),        // 19: gpuplane.v1.DeleteVirtualClusterPayload
+	(*FitResult)(nil),                          // 20: gpuplane.v1.FitResult
+	(*Shortfall)(nil),                          // 21: gpuplane.v1.Shortfall
+	(*CreateRequestRequest)(nil),               // 22: gpuplane.v1.CreateRequestRequest
+	(*GetRequestRequest)(nil),                  // 23: gpuplane.v1.GetRequestRequest
+	(*ListRequestsRequest)(nil),                // 24: gpuplane.v1.ListRequestsRequest
+	(*ListRequestsResponse)(nil),               // 25: gpuplane.v1.ListRequestsResponse
+	(*CancelRequestRequest)(nil),               // 26: gpuplane.v1.CancelRequestRequest
+	(*ApproveRequestRequest)(nil),              // 27: gpuplane.v1.ApproveRequestRequest
+	(*RejectRequestRequest)(nil),               // 28: gpuplane.v1.RejectRequestRequest
+	(*CheckFitRequest)(nil),                    // 29: gpuplane.v1.CheckFitRequest
+	(*ApprovalPolicy)(nil),                     // 30: gpuplane.v1.ApprovalPolicy
+	(*GetApprovalPolicyRequest)(nil),           // 31: gpuplane.v1.GetApprovalPolicyRequest
+	(*ListApprovalPoliciesRequest)(nil),        // 32: gpuplane.v1.ListApprovalPoliciesRequest
+	(*ListApprovalPoliciesResponse)(nil),       // 33: gpuplane.v1.ListApprovalPoliciesResponse
+	(*CreateApprovalPolicyRequest)(nil),        // 34: gpuplane.v1.CreateApprovalPolicyRequest
+	(*UpdateApprovalPolicyRequest)(nil),        // 35: gpuplane.v1.UpdateApprovalPolicyRequest
+	(*DeleteApprovalPolicyRequest)(nil),        // 36: gpuplane.v1.DeleteApprovalPolicyRequest
+	nil,                                        // 37: gpuplane.v1.Placement.HostClusterLabelsEntry
+	(*timestamppb.Timestamp)(nil),              // 38: google.protobuf.Timestamp
+	(*Quota)(nil),                              // 39: gpuplane.v1.Quota
+	(*fieldmaskpb.FieldMask)(nil),              // 40: google.protobuf.FieldMask
+	(*emptypb.Empty)(nil),                      // 41: google.protobuf.Empty
 }
 var file_gpuplane_v1_workflow_proto_depIdxs = []int32{
 	5,  // 0: gpuplane.v1.VirtualCluster.spec:type_name -> gpuplane.v1.VirtualClusterSpec
-	6,  // 1: gpuplane.v1.VirtualCluster.status:type_name -> gpuplane.v1.VirtualClusterStatus
-	36, // 2: gpuplane.v1.VirtualCluster.create_time:type_name -> google.protobuf.Timestamp
-	36, // 3: gpuplane.v1.VirtualCluster.update_time:type_name -> google.protobuf.Timestamp
-	37, // 4: gpuplane.v1.VirtualClusterSpec.quota:type_name -> gpuplane.v1.Quota
-	37, // 5: gpuplane.v1.VirtualClusterSpec.limit:type_name -> gpuplane.v1.Quota
-	36, // 6: gpuplane.v1.VirtualClusterSpec.expire_time:type_name -> google.protobuf.Timestamp
-	0,  // 7: gpuplane.v1.VirtualClusterStatus.phase:type_name -> gpuplane.v1.VirtualClusterStatus.Phase
-	7,  // 8: gpuplane.v1.VirtualClusterStatus.conditions:type_name -> gpuplane.v1.Condition
-	37, // 9: gpuplane.v1.VirtualClusterStatus.allocated:type_name -> gpuplane.v1.Quota
-	1,  // 10: gpuplane.v1.Condition.status:type_name -> gpuplane.v1.Condition.Status
-	36, // 11: gpuplane.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	4,  // 12: gpuplane.v1.ListVirtualClustersResponse.virtual_clusters:type_name -> gpuplane.v1.VirtualCluster
-	3,  // 13: gpuplane.v1.Request.kind:type_name -> gpuplane.v1.Request.Kind
-	14, // 14: gpuplane.v1.Request.create_virtual_cluster:type_name -> gpuplane.v1.CreateVirtualClusterPayload
-	15, // 15: gpuplane.v1.Request.change_virtual_cluster_quota:type_name -> gpuplane.v1.ChangeVirtualClusterQuotaPayload
-	17, // 16: gpuplane.v1.Request.change_team_quota:type_name -> gpuplane.v1.ChangeTeamQuotaPayload
-	18, // 17: gpuplane.v1.Request.delete_virtual_cluster:type_name -> gpuplane.v1.DeleteVirtualClusterPayload
-	16, // 18: gpuplane.v1.Request.change_virtual_cluster_version:type_name -> gpuplane.v1.ChangeVirtualClusterVersionPayload
-	2,  // 19: gpuplane.v1.Request.state:type_name -> gpuplane.v1.Request.State
-	36, // 20: gpuplane.v1.Request.decide_time:type_name -> google.protobuf.Timestamp
-	36, // 21: gpuplane.v1.Request.create_time:type_name -> google.protobuf.Timestamp
-	36, // 22: gpuplane.v1.Request.update_time:type_name -> google.protobuf.Timestamp
-	5,  // 23: gpuplane.v1.CreateVirtualClusterPayload.spec:type_name -> gpuplane.v1.VirtualClusterSpec
-	37, // 24: gpuplane.v1.ChangeVirtualClusterQuotaPayload.quota:type_name -> gpuplane.v1.Quota
-	37, // 25: gpuplane.v1.ChangeVirtualClusterQuotaPayload.limit:type_name -> gpuplane.v1.Quota
-	37, // 26: gpuplane.v1.ChangeTeamQuotaPayload.quota:type_name -> gpuplane.v1.Quota
-	20, // 27: gpuplane.v1.FitResult.shortfalls:type_name -> gpuplane.v1.Shortfall
-	13, // 28: gpuplane.v1.CreateRequestRequest.request:type_name -> gpuplane.v1.Request
-	13, // 29: gpuplane.v1.ListRequestsResponse.requests:type_name -> gpuplane.v1.Request
-	13, // 30: gpuplane.v1.CheckFitRequest.request:type_name -> gpuplane.v1.Request
-	36, // 31: gpuplane.v1.ApprovalPolicy.create_time:type_name -> google.protobuf.Timestamp
-	36, // 32: gpuplane.v1.ApprovalPolicy.update_time:type_name -> google.protobuf.Timestamp
-	29, // 33: gpuplane.v1.ListApprovalPoliciesResponse.approval_policies:type_name -> gpuplane.v1.ApprovalPolicy
-	29, // 34: gpuplane.v1.CreateApprovalPolicyRequest.approval_policy:type_name -> gpuplane.v1.ApprovalPolicy
-	29, // 35: gpuplane.v1.UpdateApprovalPolicyRequest.approval_policy:type_name -> gpuplane.v1.ApprovalPolicy
-	38, // 36: gpuplane.v1.UpdateApprovalPolicyRequest.update_mask:type_name -> google.protobuf.FieldMask
-	10, // 37: gpuplane.v1.VirtualClusterService.GetVirtualCluster:input_type -> gpuplane.v1.GetVirtualClusterRequest
-	11, // 38: gpuplane.v1.VirtualClusterService.ListVirtualClusters:input_type -> gpuplane.v1.ListVirtualClustersRequest
-	8,  // 39: gpuplane.v1.VirtualClusterService.GetVirtualClusterKubeconfig:input_type -> gpuplane.v1.GetVirtualClusterKubeconfigRequest
-	21, // 40: gpuplane.v1.RequestService.CreateRequest:input_type -> gpuplane.v1.CreateRequestRequest
-	22, // 41: gpuplane.v1.RequestService.GetRequest:input_type -> gpuplane.v1.GetRequestRequest
-	23, // 42: gpuplane.v1.RequestService.ListRequests:input_type -> gpuplane.v1.ListRequestsRequest
-	25, // 43: gpuplane.v1.RequestService.CancelRequest:input_type -> gpuplane.v1.CancelRequestRequest
-	26, // 44: gpuplane.v1.RequestService.ApproveRequest:input_type -> gpuplane.v1.ApproveRequestRequest
-	27, // 45: gpuplane.v1.RequestService.RejectRequest:input_type -> gpuplane.v1.RejectRequestRequest
-	28, // 46: gpuplane.v1.RequestService.CheckFit:input_type -> gpuplane.v1.CheckFitRequest
-	30, // 47: gpuplane.v1.ApprovalPolicyService.GetApprovalPolicy:input_type -> gpuplane.v1.GetApprovalPolicyRequest
-	31, // 48: gpuplane.v1.ApprovalPolicyService.ListApprovalPolicies:input_type -> gpuplane.v1.ListApprovalPoliciesRequest
-	33, // 49: gpuplane.v1.ApprovalPolicyService.CreateApprovalPolicy:input_type -> gpuplane.v1.CreateApprovalPolicyRequest
-	34, // 50: gpuplane.v1.ApprovalPolicyService.UpdateApprovalPolicy:input_type -> gpuplane.v1.UpdateApprovalPolicyRequest
-	35, // 51: gpuplane.v1.ApprovalPolicyService.DeleteApprovalPolicy:input_type -> gpuplane.v1.DeleteApprovalPolicyRequest
-	4,  // 52: gpuplane.v1.VirtualClusterService.GetVirtualCluster:output_type -> gpuplane.v1.VirtualCluster
-	12, // 53: gpuplane.v1.VirtualClusterService.ListVirtualClusters:output_type -> gpuplane.v1.ListVirtualClustersResponse
-	9,  // 54: gpuplane.v1.VirtualClusterService.GetVirtualClusterKubeconfig:output_type -> gpuplane.v1.VirtualClusterKubeconfig
-	13, // 55: gpuplane.v1.RequestService.CreateRequest:output_type -> gpuplane.v1.Request
-	13, // 56: gpuplane.v1.RequestService.GetRequest:output_type -> gpuplane.v1.Request
-	24, // 57: gpuplane.v1.RequestService.ListRequests:output_type -> gpuplane.v1.ListRequestsResponse
-	13, // 58: gpuplane.v1.RequestService.CancelRequest:output_type -> gpuplane.v1.Request
-	13, // 59: gpuplane.v1.RequestService.ApproveRequest:output_type -> gpuplane.v1.Request
-	13, // 60: gpuplane.v1.RequestService.RejectRequest:output_type -> gpuplane.v1.Request
-	19, // 61: gpuplane.v1.RequestService.CheckFit:output_type -> gpuplane.v1.FitResult
-	29, // 62: gpuplane.v1.ApprovalPolicyService.GetApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
-	32, // 63: gpuplane.v1.ApprovalPolicyService.ListApprovalPolicies:output_type -> gpuplane.v1.ListApprovalPoliciesResponse
-	29, // 64: gpuplane.v1.ApprovalPolicyService.CreateApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
-	29, // 65: gpuplane.v1.ApprovalPolicyService.UpdateApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
-	39, // 66: gpuplane.v1.ApprovalPolicyService.DeleteApprovalPolicy:output_type -> google.protobuf.Empty
-	52, // [52:67] is the sub-list for method output_type
-	37, // [37:52] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	7,  // 1: gpuplane.v1.VirtualCluster.status:type_name -> gpuplane.v1.VirtualClusterStatus
+	38, // 2: gpuplane.v1.VirtualCluster.create_time:type_name -> google.protobuf.Timestamp
+	38, // 3: gpuplane.v1.VirtualCluster.update_time:type_name -> google.protobuf.Timestamp
+	39, // 4: gpuplane.v1.VirtualClusterSpec.quota:type_name -> gpuplane.v1.Quota
+	39, // 5: gpuplane.v1.VirtualClusterSpec.limit:type_name -> gpuplane.v1.Quota
+	38, // 6: gpuplane.v1.VirtualClusterSpec.expire_time:type_name -> google.protobuf.Timestamp
+	6,  // 7: gpuplane.v1.VirtualClusterSpec.placement:type_name -> gpuplane.v1.Placement
+	37, // 8: gpuplane.v1.Placement.host_cluster_labels:type_name -> gpuplane.v1.Placement.HostClusterLabelsEntry
+	0,  // 9: gpuplane.v1.VirtualClusterStatus.phase:type_name -> gpuplane.v1.VirtualClusterStatus.Phase
+	8,  // 10: gpuplane.v1.VirtualClusterStatus.conditions:type_name -> gpuplane.v1.Condition
+	39, // 11: gpuplane.v1.VirtualClusterStatus.allocated:type_name -> gpuplane.v1.Quota
+	1,  // 12: gpuplane.v1.Condition.status:type_name -> gpuplane.v1.Condition.Status
+	38, // 13: gpuplane.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	4,  // 14: gpuplane.v1.ListVirtualClustersResponse.virtual_clusters:type_name -> gpuplane.v1.VirtualCluster
+	3,  // 15: gpuplane.v1.Request.kind:type_name -> gpuplane.v1.Request.Kind
+	15, // 16: gpuplane.v1.Request.create_virtual_cluster:type_name -> gpuplane.v1.CreateVirtualClusterPayload
+	16, // 17: gpuplane.v1.Request.change_virtual_cluster_quota:type_name -> gpuplane.v1.ChangeVirtualClusterQuotaPayload
+	18, // 18: gpuplane.v1.Request.change_team_quota:type_name -> gpuplane.v1.ChangeTeamQuotaPayload
+	19, // 19: gpuplane.v1.Request.delete_virtual_cluster:type_name -> gpuplane.v1.DeleteVirtualClusterPayload
+	17, // 20: gpuplane.v1.Request.change_virtual_cluster_version:type_name -> gpuplane.v1.ChangeVirtualClusterVersionPayload
+	2,  // 21: gpuplane.v1.Request.state:type_name -> gpuplane.v1.Request.State
+	38, // 22: gpuplane.v1.Request.decide_time:type_name -> google.protobuf.Timestamp
+	38, // 23: gpuplane.v1.Request.create_time:type_name -> google.protobuf.Timestamp
+	38, // 24: gpuplane.v1.Request.update_time:type_name -> google.protobuf.Timestamp
+	5,  // 25: gpuplane.v1.CreateVirtualClusterPayload.spec:type_name -> gpuplane.v1.VirtualClusterSpec
+	39, // 26: gpuplane.v1.ChangeVirtualClusterQuotaPayload.quota:type_name -> gpuplane.v1.Quota
+	39, // 27: gpuplane.v1.ChangeVirtualClusterQuotaPayload.limit:type_name -> gpuplane.v1.Quota
+	39, // 28: gpuplane.v1.ChangeTeamQuotaPayload.quota:type_name -> gpuplane.v1.Quota
+	21, // 29: gpuplane.v1.FitResult.shortfalls:type_name -> gpuplane.v1.Shortfall
+	14, // 30: gpuplane.v1.CreateRequestRequest.request:type_name -> gpuplane.v1.Request
+	14, // 31: gpuplane.v1.ListRequestsResponse.requests:type_name -> gpuplane.v1.Request
+	14, // 32: gpuplane.v1.CheckFitRequest.request:type_name -> gpuplane.v1.Request
+	38, // 33: gpuplane.v1.ApprovalPolicy.create_time:type_name -> google.protobuf.Timestamp
+	38, // 34: gpuplane.v1.ApprovalPolicy.update_time:type_name -> google.protobuf.Timestamp
+	30, // 35: gpuplane.v1.ListApprovalPoliciesResponse.approval_policies:type_name -> gpuplane.v1.ApprovalPolicy
+	30, // 36: gpuplane.v1.CreateApprovalPolicyRequest.approval_policy:type_name -> gpuplane.v1.ApprovalPolicy
+	30, // 37: gpuplane.v1.UpdateApprovalPolicyRequest.approval_policy:type_name -> gpuplane.v1.ApprovalPolicy
+	40, // 38: gpuplane.v1.UpdateApprovalPolicyRequest.update_mask:type_name -> google.protobuf.FieldMask
+	11, // 39: gpuplane.v1.VirtualClusterService.GetVirtualCluster:input_type -> gpuplane.v1.GetVirtualClusterRequest
+	12, // 40: gpuplane.v1.VirtualClusterService.ListVirtualClusters:input_type -> gpuplane.v1.ListVirtualClustersRequest
+	9,  // 41: gpuplane.v1.VirtualClusterService.GetVirtualClusterKubeconfig:input_type -> gpuplane.v1.GetVirtualClusterKubeconfigRequest
+	22, // 42: gpuplane.v1.RequestService.CreateRequest:input_type -> gpuplane.v1.CreateRequestRequest
+	23, // 43: gpuplane.v1.RequestService.GetRequest:input_type -> gpuplane.v1.GetRequestRequest
+	24, // 44: gpuplane.v1.RequestService.ListRequests:input_type -> gpuplane.v1.ListRequestsRequest
+	26, // 45: gpuplane.v1.RequestService.CancelRequest:input_type -> gpuplane.v1.CancelRequestRequest
+	27, // 46: gpuplane.v1.RequestService.ApproveRequest:input_type -> gpuplane.v1.ApproveRequestRequest
+	28, // 47: gpuplane.v1.RequestService.RejectRequest:input_type -> gpuplane.v1.RejectRequestRequest
+	29, // 48: gpuplane.v1.RequestService.CheckFit:input_type -> gpuplane.v1.CheckFitRequest
+	31, // 49: gpuplane.v1.ApprovalPolicyService.GetApprovalPolicy:input_type -> gpuplane.v1.GetApprovalPolicyRequest
+	32, // 50: gpuplane.v1.ApprovalPolicyService.ListApprovalPolicies:input_type -> gpuplane.v1.ListApprovalPoliciesRequest
+	34, // 51: gpuplane.v1.ApprovalPolicyService.CreateApprovalPolicy:input_type -> gpuplane.v1.CreateApprovalPolicyRequest
+	35, // 52: gpuplane.v1.ApprovalPolicyService.UpdateApprovalPolicy:input_type -> gpuplane.v1.UpdateApprovalPolicyRequest
+	36, // 53: gpuplane.v1.ApprovalPolicyService.DeleteApprovalPolicy:input_type -> gpuplane.v1.DeleteApprovalPolicyRequest
+	4,  // 54: gpuplane.v1.VirtualClusterService.GetVirtualCluster:output_type -> gpuplane.v1.VirtualCluster
+	13, // 55: gpuplane.v1.VirtualClusterService.ListVirtualClusters:output_type -> gpuplane.v1.ListVirtualClustersResponse
+	10, // 56: gpuplane.v1.VirtualClusterService.GetVirtualClusterKubeconfig:output_type -> gpuplane.v1.VirtualClusterKubeconfig
+	14, // 57: gpuplane.v1.RequestService.CreateRequest:output_type -> gpuplane.v1.Request
+	14, // 58: gpuplane.v1.RequestService.GetRequest:output_type -> gpuplane.v1.Request
+	25, // 59: gpuplane.v1.RequestService.ListRequests:output_type -> gpuplane.v1.ListRequestsResponse
+	14, // 60: gpuplane.v1.RequestService.CancelRequest:output_type -> gpuplane.v1.Request
+	14, // 61: gpuplane.v1.RequestService.ApproveRequest:output_type -> gpuplane.v1.Request
+	14, // 62: gpuplane.v1.RequestService.RejectRequest:output_type -> gpuplane.v1.Request
+	20, // 63: gpuplane.v1.RequestService.CheckFit:output_type -> gpuplane.v1.FitResult
+	30, // 64: gpuplane.v1.ApprovalPolicyService.GetApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
+	33, // 65: gpuplane.v1.ApprovalPolicyService.ListApprovalPolicies:output_type -> gpuplane.v1.ListApprovalPoliciesResponse
+	30, // 66: gpuplane.v1.ApprovalPolicyService.CreateApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
+	30, // 67: gpuplane.v1.ApprovalPolicyService.UpdateApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
+	41, // 68: gpuplane.v1.ApprovalPolicyService.DeleteApprovalPolicy:output_type -> google.protobuf.Empty
+	54, // [54:69] is the sub-list for method output_type
+	39, // [39:54] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_gpuplane_v1_workflow_proto_init() }
@@ -2897,7 +3003,7 @@ func file_gpuplane_v1_workflow_proto_init() {
 		return
 	}
 	file_gpuplane_v1_common_proto_init()
-	file_gpuplane_v1_workflow_proto_msgTypes[9].OneofWrappers = []any{
+	file_gpuplane_v1_workflow_proto_msgTypes[10].OneofWrappers = []any{
 		(*Request_CreateVirtualCluster)(nil),
 		(*Request_ChangeVirtualClusterQuota)(nil),
 		(*Request_ChangeTeamQuota)(nil),
@@ -2910,7 +3016,7 @@ func file_gpuplane_v1_workflow_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpuplane_v1_workflow_proto_rawDesc), len(file_gpuplane_v1_workflow_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   32,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

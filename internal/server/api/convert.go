@@ -98,7 +98,46 @@ func specToProto(s virtualcluster.Spec) *pb.VirtualClusterSpec {
 		DisplayName: s.DisplayName, Quota: quotaToProto(s.Quota), Limit: quotaPtrToProto(s.Limit),
 		OverQuotaWeight: s.OverQuotaWeight, Priority: s.Priority, AllowFractionalGpus: s.AllowFractionalGPUs,
 		KubernetesVersion: s.KubernetesVersion, ChartVersion: s.ChartVersion, ExpireTime: tsPtr(s.ExpireTime),
+		Placement: placementToProto(s.Placement),
 	}
+}
+
+func placementToProto(p virtualcluster.Placement) *pb.Placement {
+	if p.IsZero() {
+		return nil
+	}
+	out := &pb.Placement{HostClusterLabels: p.Labels}
+	if p.HostCluster != "" {
+		out.HostCluster = names.HostCluster(p.HostCluster)
+	}
+	return out
+}
+
+// placementFromProto validates a request's placement (field is its path).
+func placementFromProto(v *errs.Violations, field string, p *pb.Placement) virtualcluster.Placement {
+	var out virtualcluster.Placement
+	if p == nil {
+		return out
+	}
+	if p.GetHostCluster() != "" {
+		id, err := names.ParseHostCluster(field+".host_cluster", p.GetHostCluster())
+		if e, ok := errs.As(err); ok {
+			*v = append(*v, e.Violations...)
+		}
+		out.HostCluster = id
+	}
+	virtualcluster.ValidateLabels(v, field+".host_cluster_labels", p.GetHostClusterLabels())
+	if len(p.GetHostClusterLabels()) > 0 {
+		out.Labels = p.GetHostClusterLabels()
+	}
+	return out
+}
+
+func hostClusterName(id string) string {
+	if id == "" {
+		return ""
+	}
+	return names.HostCluster(id)
 }
 
 func conditionsToProto(cs []virtualcluster.Condition) []*pb.Condition {
@@ -125,6 +164,7 @@ func virtualClusterToProto(v virtualcluster.VirtualCluster) *pb.VirtualCluster {
 			Endpoint:           v.Endpoint,
 			Message:            v.StatusMessage,
 			Allocated:          quotaToProto(v.Allocated),
+			HostCluster:        hostClusterName(v.HostCluster),
 		},
 		Generation: v.Generation,
 		Etag:       v.Etag(),

@@ -6,6 +6,7 @@ import (
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/fleet"
 	"github.com/gpuplane/gpuplane/internal/identity"
 	"github.com/gpuplane/gpuplane/internal/names"
 	"github.com/gpuplane/gpuplane/internal/quota"
@@ -133,6 +134,12 @@ func (s *Requests) payload(ctx context.Context, team tenancy.Team, r *pb.Request
 			DisplayName: spec.GetDisplayName(), Quota: q, Limit: limit, OverQuotaWeight: spec.GetOverQuotaWeight(),
 			Priority: spec.GetPriority(), AllowFractionalGPUs: spec.GetAllowFractionalGpus(),
 			KubernetesVersion: spec.GetKubernetesVersion(), ChartVersion: spec.GetChartVersion(),
+			Placement: placementFromProto(&v, f+".placement", spec.GetPlacement()),
+		}
+		if len(v) == 0 {
+			if err := fleet.CheckPlacement(ctx, s.db, &v, f+".placement", string(team.Tier), norm.Placement); err != nil {
+				return p, vcID, err
+			}
 		}
 		if et := spec.GetExpireTime(); et != nil && et.IsValid() {
 			t := et.AsTime()
@@ -391,7 +398,10 @@ func (s *Requests) CheckFit(ctx context.Context, req *pb.CheckFitRequest) (*pb.F
 }
 
 func fitToProto(o request.Fit) *pb.FitResult {
-	res := &pb.FitResult{Fits: o.Fits()}
+	res := &pb.FitResult{Fits: o.Fits(), HostCluster: hostClusterName(o.HostCluster)}
+	if e, ok := errs.As(o.NoHostCluster); ok {
+		res.Shortfalls = append(res.Shortfalls, &pb.Shortfall{Level: string(fleet.LevelHostCluster), Message: e.PublicMessage()})
+	}
 	for _, s := range o.Shortfalls {
 		res.Shortfalls = append(res.Shortfalls, &pb.Shortfall{
 			Level: string(s.Level), Name: s.Name, Resource: string(s.Resource),

@@ -116,6 +116,63 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/hostClusters": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["HostClusterService_ListHostClusters"];
+        put?: never;
+        /** Platform admins only. */
+        post: operations["HostClusterService_CreateHostCluster"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/hostClusters/{host_cluster.name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Platform admins only. A tier it still hosts virtual clusters of cannot
+         *     be removed.
+         */
+        patch: operations["HostClusterService_UpdateHostCluster"];
+        trace?: never;
+    };
+    "/v1/hostClusters/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["HostClusterService_GetHostCluster"];
+        put?: never;
+        post?: never;
+        /**
+         * Platform admins only. Refused (FAILED_PRECONDITION, reason
+         *     HAS_DEPENDENTS, naming them) while it hosts virtual clusters.
+         */
+        delete: operations["HostClusterService_DeleteHostCluster"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/requests": {
         parameters: {
             query?: never;
@@ -553,8 +610,105 @@ export interface components {
         /** @description FitResult is the "will it fit" answer. */
         "gpuplane.v1.FitResult": {
             fits?: boolean;
+            /**
+             * @description hostClusters/{host_cluster} a new virtual cluster would be placed on
+             *     now, or the one the virtual cluster runs on.
+             */
+            hostCluster?: string;
             shortfalls?: components["schemas"]["gpuplane.v1.Shortfall"][];
         };
+        /**
+         * @description HostCluster is a Kubernetes cluster with GPUs that hosts virtual
+         *     clusters. Platform admins register them; every authenticated caller may
+         *     read them (to place a virtual cluster by name or label). The worker
+         *     probes each one and reports what it saw in status. An install that
+         *     predates many host clusters has one, "default": the cluster gpuplane
+         *     runs in (or its --kubeconfig).
+         */
+        "gpuplane.v1.HostCluster": {
+            /**
+             * @description A cordoned host cluster keeps its virtual clusters but gets no new
+             *     ones.
+             */
+            cordoned?: boolean;
+            /** Format: date-time */
+            createTime?: string;
+            displayName?: string;
+            etag?: string;
+            /**
+             * @description The cluster gpuplane runs in (or the one its --kubeconfig names). At
+             *     most one host cluster is reached this way.
+             */
+            inCluster?: components["schemas"]["gpuplane.v1.InCluster"];
+            /**
+             * @description A kubeconfig in a Secret of gpuplane's own namespace
+             *     (--host-cluster-secret-namespace) on the cluster gpuplane runs in.
+             *     The kubeconfig must carry its credentials inline (a token or a client
+             *     certificate); exec and auth-provider plugins are refused. Changing
+             *     the Secret's content makes the worker build a new client. Shown to
+             *     platform admins only.
+             */
+            kubeconfigSecret?: components["schemas"]["gpuplane.v1.SecretReference"];
+            /**
+             * @description Labels placement may ask for, e.g. region=eu, gpu-model=h100. Keys are
+             *     label keys in lowercase (letters, digits, '-', '.', an optional
+             *     prefix ending in '/'); values are label values.
+             */
+            labels?: {
+                [key: string]: string;
+            };
+            /** @description hostClusters/{host_cluster}; the id is a DNS-1123 label. */
+            name?: string;
+            status?: components["schemas"]["gpuplane.v1.HostClusterStatus"];
+            /** @description The isolation tiers whose virtual clusters it takes. Required. */
+            tiers?: components["schemas"]["gpuplane.v1.IsolationTier"][];
+            /** Format: date-time */
+            updateTime?: string;
+        } & (Record<string, never> | {
+            inCluster: components["schemas"]["gpuplane.v1.InCluster"];
+        } | {
+            kubeconfigSecret: components["schemas"]["gpuplane.v1.SecretReference"];
+        });
+        /** @description HostClusterStatus is what the worker last observed. */
+        "gpuplane.v1.HostClusterStatus": {
+            /** @description Reachable, KAIInstalled, CapacityObserved. */
+            conditions?: components["schemas"]["gpuplane.v1.Condition"][];
+            /**
+             * @description KAI Scheduler's version: the image tag of its operator Deployment
+             *     (label app=kai-operator); empty when KAI was installed another way.
+             *     Whether KAI's Queue API is served is the KAIInstalled condition.
+             */
+            kaiVersion?: string;
+            /** @description The API server's version (/version). */
+            kubernetesVersion?: string;
+            /** @description Why it is unreachable or unusable. */
+            message?: string;
+            /**
+             * @description Node pools (nodes labelled gpuplane.io/pool=<pool>; unlabelled nodes
+             *     are in "shared") with what their nodes offer and what the virtual
+             *     clusters placed here hold of it.
+             */
+            nodePools?: components["schemas"]["gpuplane.v1.NodePoolStatus"][];
+            /** Format: date-time */
+            observeTime?: string;
+            /**
+             * @description The API server answered the last probe. While it does not, the virtual
+             *     clusters on it are DEGRADED and placement skips it.
+             */
+            reachable?: boolean;
+            /**
+             * Format: date-time
+             * @description When the current outage began.
+             */
+            unreachableSince?: string;
+            /**
+             * Format: int32
+             * @description Virtual clusters it hosts (not deleted).
+             */
+            virtualClusters?: number;
+        };
+        /** @description InCluster selects the cluster gpuplane runs in. */
+        "gpuplane.v1.InCluster": Record<string, never>;
         /**
          * @description IsolationTier decides whether a team's workloads may share GPUs with
          *     other tenants.
@@ -572,6 +726,10 @@ export interface components {
         };
         "gpuplane.v1.ListDepartmentsResponse": {
             departments?: components["schemas"]["gpuplane.v1.Department"][];
+            nextPageToken?: string;
+        };
+        "gpuplane.v1.ListHostClustersResponse": {
+            hostClusters?: components["schemas"]["gpuplane.v1.HostCluster"][];
             nextPageToken?: string;
         };
         "gpuplane.v1.ListMembersResponse": {
@@ -610,6 +768,37 @@ export interface components {
         } | {
             group: string;
         });
+        "gpuplane.v1.NodePoolStatus": {
+            /**
+             * @description The quotas of the virtual clusters placed in this pool here; with
+             *     --overcommit 1 a new one must fit capacity minus this.
+             */
+            assigned?: components["schemas"]["gpuplane.v1.Quota"];
+            /** @description The nodes' allocatable nvidia.com/gpu, cpu and memory. */
+            capacity?: components["schemas"]["gpuplane.v1.Quota"];
+            name?: string;
+            /** Format: int32 */
+            nodes?: number;
+        };
+        /**
+         * @description Placement constrains the host cluster a new virtual cluster runs on.
+         *     Candidates are the host clusters that take the team's isolation tier,
+         *     are not cordoned, are reachable, carry every label asked for and, when
+         *     one is named, are that one; of those with room in the team's node pool
+         *     (capacity x overcommit minus the quotas placed there), the one left
+         *     with the most free GPUs wins (then CPU, memory, name).
+         */
+        "gpuplane.v1.Placement": {
+            /** @description hostClusters/{host_cluster}: run there. */
+            hostCluster?: string;
+            /**
+             * @description Only host clusters carrying every one of these labels, e.g.
+             *     {"region": "eu", "gpu-model": "h100"}.
+             */
+            hostClusterLabels?: {
+                [key: string]: string;
+            };
+        };
         /** @description Quota is an amount of the three resources a KAI queue divides. */
         "gpuplane.v1.Quota": {
             /**
@@ -675,10 +864,19 @@ export interface components {
         "gpuplane.v1.Request.Kind": "KIND_UNSPECIFIED" | "CREATE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_QUOTA" | "CHANGE_TEAM_QUOTA" | "DELETE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_VERSION";
         /** @enum {string} */
         "gpuplane.v1.Request.State": "STATE_UNSPECIFIED" | "PENDING" | "APPROVED" | "REJECTED" | "CANCELLED" | "APPLIED" | "FAILED";
+        /** @description SecretReference names a key of a Secret in gpuplane's own namespace. */
+        "gpuplane.v1.SecretReference": {
+            /** @description Default "kubeconfig". */
+            key?: string;
+            name?: string;
+        };
         "gpuplane.v1.Shortfall": {
             capacity?: string;
             free?: string;
-            /** @description "cluster", "department", "team" or "allocation". */
+            /**
+             * @description "cluster", "department", "pool", "team", "host_cluster" (a node
+             *     pool of one host cluster) or "allocation".
+             */
             level?: string;
             message?: string;
             /** @description The resource name at that level, e.g. "departments/research". */
@@ -804,6 +1002,11 @@ export interface components {
              */
             overQuotaWeight?: number;
             /**
+             * @description Where to run it; unset, the platform chooses (see Placement). Set only
+             *     on create.
+             */
+            placement?: components["schemas"]["gpuplane.v1.Placement"];
+            /**
              * Format: int32
              * @description KAI queue priority; default 100.
              */
@@ -817,6 +1020,11 @@ export interface components {
             conditions?: components["schemas"]["gpuplane.v1.Condition"][];
             /** @description The virtual cluster's API server address, once known. */
             endpoint?: string;
+            /**
+             * @description hostClusters/{host_cluster} it runs on, chosen when its create
+             *     request was approved.
+             */
+            hostCluster?: string;
             /** @description Why the phase is what it is (errors, degraded reasons). */
             message?: string;
             /**
@@ -1216,6 +1424,210 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description When set, must match the current etag. */
+                etag?: string;
+            };
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /**
+             * @description A generic empty message that you can re-use to avoid defining duplicated
+             *     empty messages in your APIs. A typical example is to use it as the request
+             *     or the response type of an API method. For instance:
+             *
+             *         service Foo {
+             *           rpc Bar(google.protobuf.Empty) returns (google.protobuf.Empty);
+             *         }
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    HostClusterService_ListHostClusters: {
+        parameters: {
+            query?: {
+                pageSize?: number;
+                pageToken?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["gpuplane.v1.ListHostClustersResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    HostClusterService_CreateHostCluster: {
+        parameters: {
+            query?: {
+                /** @description DNS-1123 label. */
+                hostClusterId?: string;
+                requestId?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["gpuplane.v1.HostCluster"];
+            };
+        };
+        responses: {
+            /**
+             * @description HostCluster is a Kubernetes cluster with GPUs that hosts virtual
+             *     clusters. Platform admins register them; every authenticated caller may
+             *     read them (to place a virtual cluster by name or label). The worker
+             *     probes each one and reports what it saw in status. An install that
+             *     predates many host clusters has one, "default": the cluster gpuplane
+             *     runs in (or its --kubeconfig).
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["gpuplane.v1.HostCluster"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    HostClusterService_UpdateHostCluster: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Paths: display_name, tiers, labels, cordoned, in_cluster,
+                 *     kubeconfig_secret. Empty or "*" = all.
+                 */
+                updateMask?: string;
+            };
+            header?: never;
+            path: {
+                /** @description hostClusters/{host_cluster}; the id is a DNS-1123 label. */
+                "host_cluster.name": string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["gpuplane.v1.HostCluster"];
+            };
+        };
+        responses: {
+            /**
+             * @description HostCluster is a Kubernetes cluster with GPUs that hosts virtual
+             *     clusters. Platform admins register them; every authenticated caller may
+             *     read them (to place a virtual cluster by name or label). The worker
+             *     probes each one and reports what it saw in status. An install that
+             *     predates many host clusters has one, "default": the cluster gpuplane
+             *     runs in (or its --kubeconfig).
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["gpuplane.v1.HostCluster"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    HostClusterService_GetHostCluster: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /**
+             * @description HostCluster is a Kubernetes cluster with GPUs that hosts virtual
+             *     clusters. Platform admins register them; every authenticated caller may
+             *     read them (to place a virtual cluster by name or label). The worker
+             *     probes each one and reports what it saw in status. An install that
+             *     predates many host clusters has one, "default": the cluster gpuplane
+             *     runs in (or its --kubeconfig).
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["gpuplane.v1.HostCluster"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    HostClusterService_DeleteHostCluster: {
+        parameters: {
+            query?: {
                 etag?: string;
             };
             header?: never;
@@ -1969,7 +2381,7 @@ export interface operations {
             query?: {
                 pageSize?: number;
                 pageToken?: string;
-                /** @description Fields: phase. */
+                /** @description Fields: phase, host_cluster (hostClusters/{id}). */
                 filter?: string;
             };
             header?: never;

@@ -1,0 +1,51 @@
+-- Many host clusters (issue 14). A host cluster is a Kubernetes cluster with
+-- GPUs that hosts virtual clusters; platform admins register them. The
+-- worker observes each one (health, versions, capacity per node pool) and
+-- writes the status columns without touching version, so an admin's etag
+-- stays valid while the status moves.
+CREATE TABLE host_clusters (
+  id                    dns_label   PRIMARY KEY,
+  display_name          text        NOT NULL DEFAULT '' CHECK (length(display_name) <= 256),
+  -- How gpuplane reaches it: in_cluster is the cluster gpuplane runs in (or
+  -- its --kubeconfig); otherwise a kubeconfig in a Secret of gpuplane's
+  -- own namespace.
+  in_cluster            boolean     NOT NULL DEFAULT false,
+  kubeconfig_secret     text        NOT NULL DEFAULT '',
+  kubeconfig_secret_key text        NOT NULL DEFAULT '',
+  tiers                 text[]      NOT NULL DEFAULT '{}',
+  labels                jsonb       NOT NULL DEFAULT '{}',
+  -- A cordoned cluster keeps its virtual clusters but gets no new ones.
+  cordoned              boolean     NOT NULL DEFAULT false,
+  version               bigint      NOT NULL DEFAULT 1,
+  create_time           timestamptz NOT NULL DEFAULT now(),
+  update_time           timestamptz NOT NULL DEFAULT now(),
+  -- Observed by the worker.
+  reachable             boolean     NOT NULL DEFAULT false,
+  kubernetes_version    text        NOT NULL DEFAULT '',
+  kai_version           text        NOT NULL DEFAULT '',
+  node_pools            jsonb       NOT NULL DEFAULT '[]',
+  conditions            jsonb       NOT NULL DEFAULT '[]',
+  status_message        text        NOT NULL DEFAULT '',
+  observe_time          timestamptz,
+  unreachable_since     timestamptz,
+  CONSTRAINT host_clusters_connection CHECK (in_cluster = (kubeconfig_secret = '')),
+  CONSTRAINT host_clusters_tiers CHECK (tiers <@ ARRAY['SHARED', 'DEDICATED']::text[])
+);
+-- Only one host cluster can be the one gpuplane runs in.
+CREATE UNIQUE INDEX host_clusters_one_in_cluster ON host_clusters (in_cluster) WHERE in_cluster;
+
+-- Existing installs keep working: the cluster they were configured with
+-- becomes host cluster "default" and hosts every virtual cluster placed so far.
+INSERT INTO host_clusters (id, display_name, in_cluster, tiers)
+VALUES ('default', 'The cluster gpuplane runs in (or its --kubeconfig)', true, ARRAY['SHARED', 'DEDICATED']);
+
+-- Where a virtual cluster runs (set when its create request is approved) and
+-- what its request asked for (a cluster by name, or labels it must carry).
+ALTER TABLE virtual_clusters
+  ADD COLUMN host_cluster_id        text REFERENCES host_clusters (id) ON DELETE RESTRICT,
+  ADD COLUMN placement_host_cluster text  NOT NULL DEFAULT '',
+  ADD COLUMN placement_labels       jsonb NOT NULL DEFAULT '{}';
+UPDATE virtual_clusters SET host_cluster_id = 'default' WHERE phase NOT IN ('PENDING_APPROVAL', 'REJECTED');
+ALTER TABLE virtual_clusters ADD CONSTRAINT virtual_clusters_placed
+  CHECK (host_cluster_id IS NOT NULL OR phase IN ('PENDING_APPROVAL', 'REJECTED', 'DELETED'));
+CREATE INDEX virtual_clusters_host_cluster ON virtual_clusters (host_cluster_id, id);
