@@ -202,4 +202,3 @@ func vclusterOIDC(cfg Config) (hostcluster.OIDCSettings, error) {
 	}
 	return o, nil
 }
-

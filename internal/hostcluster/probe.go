@@ -41,9 +41,9 @@ type Probe struct {
 
 // PoolCapacity is one node pool's allocatable resources.
 type PoolCapacity struct {
-	Name      string
-	Nodes     []string // names, sorted
-	Capacity  Quantities
+	Name     string
+	Nodes    []string // names, sorted
+	Capacity Quantities
 	// Tainted: every node carries the pool's NoSchedule taint.
 	Tainted bool
 }

@@ -22,11 +22,11 @@ const (
 	KindDelete = "delete" // remove the virtual cluster from the host
 	KindNone   = "none"   // nothing to converge (gone, pending, failed...)
 
-	OutcomeSuccess  = "success"  // converged; the work item is gone
-	OutcomeRequeued = "requeued" // applied, control plane not ready yet: looked at again soon
-	OutcomeRetry    = "retry"    // failed; retried with backoff
-	OutcomeFailed   = "failed"   // failed for good (permanent error or attempts exhausted)
-	OutcomeCanceled = "canceled" // the worker stopped mid-job; another run starts over
+	OutcomeSuccess  = "success"   // converged; the work item is gone
+	OutcomeRequeued = "requeued"  // applied, control plane not ready yet: looked at again soon
+	OutcomeRetry    = "retry"     // failed; retried with backoff
+	OutcomeFailed   = "failed"    // failed for good (permanent error or attempts exhausted)
+	OutcomeCanceled = "canceled"  // the worker stopped mid-job; another run starts over
 	OutcomeHostDown = "host_down" // its host cluster is unreachable: DEGRADED, looked at again later
 )
 

@@ -100,7 +100,7 @@ type Claim struct {
 	// HostCluster is the host cluster the virtual cluster runs on ("" when
 	// it has none yet).
 	HostCluster string
-	Attempts       int
+	Attempts    int
 	// Enqueued is the enqueue_time claimed; Done and Later compare it.
 	Enqueued time.Time
 	// TraceParent is the W3C traceparent of the change that enqueued the
