@@ -1,3 +1,12 @@
+DELETE FROM requests WHERE kind IN ('SLEEP_VIRTUAL_CLUSTER', 'WAKE_VIRTUAL_CLUSTER');
+ALTER TABLE requests DROP CONSTRAINT requests_kind_check;
+ALTER TABLE requests ADD CONSTRAINT requests_kind_check CHECK (kind IN ('CREATE_VIRTUAL_CLUSTER',
+  'CHANGE_VIRTUAL_CLUSTER_QUOTA', 'CHANGE_TEAM_QUOTA', 'DELETE_VIRTUAL_CLUSTER', 'CHANGE_VIRTUAL_CLUSTER_VERSION'));
+UPDATE virtual_clusters SET phase = 'PROVISIONING' WHERE phase = 'SLEEPING';
+ALTER TABLE virtual_clusters DROP CONSTRAINT virtual_clusters_phase_check;
+ALTER TABLE virtual_clusters ADD CONSTRAINT virtual_clusters_phase_check CHECK (phase IN ('PENDING_APPROVAL',
+  'PROVISIONING', 'READY', 'DEGRADED', 'DELETING', 'DELETED', 'FAILED', 'REJECTED'));
+ALTER TABLE virtual_clusters DROP COLUMN IF EXISTS sleep;
 DROP INDEX IF EXISTS virtual_clusters_host_cluster;
 ALTER TABLE virtual_clusters DROP CONSTRAINT IF EXISTS virtual_clusters_placed;
 ALTER TABLE virtual_clusters

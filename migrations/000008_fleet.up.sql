@@ -49,3 +49,14 @@ UPDATE virtual_clusters SET host_cluster_id = 'default' WHERE phase NOT IN ('PEN
 ALTER TABLE virtual_clusters ADD CONSTRAINT virtual_clusters_placed
   CHECK (host_cluster_id IS NOT NULL OR phase IN ('PENDING_APPROVAL', 'REJECTED', 'DELETED'));
 CREATE INDEX virtual_clusters_host_cluster ON virtual_clusters (host_cluster_id, id);
+
+-- Sleep and wake (issue 14). spec.sleep is the desired state (part of the
+-- generation); SLEEPING is the phase once the host shows it asleep.
+ALTER TABLE virtual_clusters ADD COLUMN sleep boolean NOT NULL DEFAULT false;
+ALTER TABLE virtual_clusters DROP CONSTRAINT virtual_clusters_phase_check;
+ALTER TABLE virtual_clusters ADD CONSTRAINT virtual_clusters_phase_check CHECK (phase IN ('PENDING_APPROVAL',
+  'PROVISIONING', 'READY', 'DEGRADED', 'DELETING', 'DELETED', 'FAILED', 'REJECTED', 'SLEEPING'));
+ALTER TABLE requests DROP CONSTRAINT requests_kind_check;
+ALTER TABLE requests ADD CONSTRAINT requests_kind_check CHECK (kind IN ('CREATE_VIRTUAL_CLUSTER',
+  'CHANGE_VIRTUAL_CLUSTER_QUOTA', 'CHANGE_TEAM_QUOTA', 'DELETE_VIRTUAL_CLUSTER', 'CHANGE_VIRTUAL_CLUSTER_VERSION',
+  'SLEEP_VIRTUAL_CLUSTER', 'WAKE_VIRTUAL_CLUSTER'));

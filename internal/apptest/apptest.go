@@ -80,8 +80,8 @@ type Options struct {
 	// host clusters (as `gpuplane serve` with a host cluster does) instead
 	// of the demo's static capacity. It needs HostConfig.
 	ObservedCapacity bool
-	Now      func() time.Time
-	Config   func(*app.Config)
+	Now              func() time.Time
+	Config           func(*app.Config)
 	// HostConfig, when set, is the host cluster the server uses (e.g. an
 	// envtest API server). The vCluster charts then come from the Go module
 	// cache (internal/devenv/vclusterchart) unless Config sets

@@ -78,6 +78,18 @@ type VirtualCluster struct {
 	ChartVersion        string
 	Generation          int64
 	Members             []Member // for later OIDC RBAC inside the vcluster
+	// Sleep: the control plane is scaled to zero, the workload pods the
+	// syncer created are removed and the leaf queue admits nothing (KAI
+	// limit 0); the namespace, guardrails, parent queues and the release
+	// (with its data) stay.
+	Sleep bool
+}
+
+// SleepingLeaf is the leaf queue of a sleeping virtual cluster: nothing
+// guaranteed and a limit of 0 for every resource, which KAI reads as
+// "nothing allowed at all", so nothing is scheduled while it sleeps.
+func SleepingLeaf(awake QueueSpec) QueueSpec {
+	return QueueSpec{Limit: &Quantities{}, Priority: awake.Priority}
 }
 
 // Member is a person or group with access to a virtual cluster.

@@ -90,6 +90,12 @@ func RenderVClusterValues(vc VirtualCluster, s Settings) map[string]any {
 		image["tag"] = chartVersion
 	}
 	statefulSet := map[string]any{"image": image}
+	if vc.Sleep {
+		// Asleep: the control plane is scaled to zero by the chart itself,
+		// so every upgrade and drift repair keeps it there; its data
+		// (the StatefulSet's volume) stays for the wake.
+		statefulSet["highAvailability"] = map[string]any{"replicas": 0}
+	}
 	k8s := map[string]any{"enabled": true}
 	if v := vc.KubernetesVersion; v != "" {
 		if !strings.HasPrefix(v, "v") {

@@ -73,6 +73,7 @@ func load(ctx context.Context, q store.Querier, id string) (desiredState, error)
 		KubernetesVersion:   spec.KubernetesVersion,
 		ChartVersion:        spec.ChartVersion,
 		Generation:          vc.Generation,
+		Sleep:               spec.Sleep,
 	}
 	for _, m := range members {
 		h.Members = append(h.Members, hostcluster.Member{Kind: string(m.Kind), Name: m.Principal, Role: string(m.Role)})

@@ -129,7 +129,9 @@ func (w *Worker) converge(ctx context.Context, c claim, d desiredState, host Hos
 	}
 
 	var drift []string
-	if d.vc.Phase != vcs.PhaseProvisioning {
+	// Drift is a difference from a state the host already reached; a new
+	// generation (a resize, sleep or wake) is a change, not drift.
+	if d.vc.Phase != vcs.PhaseProvisioning && d.vc.ObservedGeneration == d.vc.Generation {
 		w.step("observe-before")
 		before, err := host.Observe(ctx, d.host)
 		if err != nil {
@@ -151,6 +153,9 @@ func (w *Worker) converge(ctx context.Context, c claim, d desiredState, host Hos
 	obs, err := host.Observe(ctx, d.host)
 	if err != nil {
 		return err
+	}
+	if d.host.Sleep {
+		return w.recordSleep(ctx, c, d, obs, drift)
 	}
 	conds := conditions(d.vc.Conditions, obs, d.host, d.vc.Generation)
 	conds = append(conds, setCondition(d.vc.Conditions, CondHostCluster, true, "Connected", describeHost(d.cluster), d.vc.Generation))

@@ -19,7 +19,7 @@ const columns = `id, team_id, display_name, gpu_centi, cpu_millis, memory_bytes,
 	limit_gpu_centi, limit_cpu_millis, limit_memory_bytes, over_quota_weight, priority, allow_fractional_gpus,
 	kubernetes_version, chart_version, expire_time, phase, conditions, generation, observed_generation,
 	endpoint, status_message, alloc_gpu_centi, alloc_cpu_millis, alloc_memory_bytes, version, create_time, update_time,
-	COALESCE(host_cluster_id, ''), placement_host_cluster, placement_labels`
+	COALESCE(host_cluster_id, ''), placement_host_cluster, placement_labels, sleep`
 
 // The phase sets of the rules in phase.go, as SQL array arguments.
 var (
@@ -37,7 +37,7 @@ func scan(row pgx.Row) (VirtualCluster, error) {
 		&lg, &lc, &lm, &s.OverQuotaWeight, &s.Priority, &s.AllowFractionalGPUs,
 		&s.KubernetesVersion, &s.ChartVersion, &s.ExpireTime, &v.Phase, &conds, &v.Generation, &v.ObservedGeneration,
 		&v.Endpoint, &v.StatusMessage, &v.Allocated.GPU, &v.Allocated.CPUMillis, &v.Allocated.MemoryBytes,
-		&v.Version, &v.Created, &v.Updated, &v.HostCluster, &s.Placement.HostCluster, &s.Placement.Labels)
+		&v.Version, &v.Created, &v.Updated, &v.HostCluster, &s.Placement.HostCluster, &s.Placement.Labels, &s.Sleep)
 	if err != nil {
 		return v, err
 	}
@@ -113,6 +113,15 @@ func Move(ctx context.Context, tx *store.Tx, id string, phase Phase, q quota.Res
 		       generation = generation + $9, status_message = '', version = version + 1, update_time = now()
 		 WHERE id = $1 RETURNING `+columns,
 		id, phase, q.GPU, q.CPUMillis, q.MemoryBytes, lg, lc, lm, inc, v.Chart, v.Kubernetes))
+}
+
+// SetSleep changes whether the virtual cluster should be asleep, bumps
+// the generation and moves the phase (SLEEPING -> PROVISIONING on wake;
+// the worker sets SLEEPING once the host shows it asleep). The caller has
+// checked the phase and locked the row.
+func SetSleep(ctx context.Context, tx *store.Tx, id string, sleep bool, phase Phase) (VirtualCluster, error) {
+	return scan(tx.QueryRow(ctx, `UPDATE virtual_clusters SET sleep = $2, phase = $3, generation = generation + 1,
+		status_message = '', version = version + 1, update_time = now() WHERE id = $1 RETURNING `+columns, id, sleep, phase))
 }
 
 // PlaceOn records the host cluster a virtual cluster runs on (its create

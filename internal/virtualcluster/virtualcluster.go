@@ -26,6 +26,9 @@ type Spec struct {
 	ExpireTime          *time.Time
 	// Placement is where the create request asked it to run.
 	Placement Placement
+	// Sleep: it should be asleep (control plane at zero, leaf queue
+	// admitting nothing); set by :sleep, cleared by :wake.
+	Sleep bool
 }
 
 // VirtualCluster is a stored virtual cluster: spec, status and row
@@ -65,6 +68,7 @@ type SpecJSON struct {
 	ChartVersion        string           `json:"chart_version,omitempty"`
 	ExpireTime          *jsonshape.Time  `json:"expire_time,omitempty"`
 	Placement           *placementJSON   `json:"placement,omitempty"`
+	Sleep               bool             `json:"sleep,omitempty"`
 }
 
 // JSON renders the spec as the API does.
@@ -73,7 +77,7 @@ func (s Spec) JSON() *SpecJSON {
 		DisplayName: s.DisplayName, Quota: jsonshape.QuotaOf(s.Quota), Limit: jsonshape.QuotaPtr(s.Limit),
 		OverQuotaWeight: s.OverQuotaWeight, Priority: s.Priority, AllowFractionalGPUs: s.AllowFractionalGPUs,
 		KubernetesVersion: s.KubernetesVersion, ChartVersion: s.ChartVersion, ExpireTime: jsonshape.At(s.ExpireTime),
-		Placement: s.Placement.json(),
+		Placement: s.Placement.json(), Sleep: s.Sleep,
 	}
 }
 

@@ -37,6 +37,9 @@ const (
 	VirtualClusterStatus_DELETED           VirtualClusterStatus_Phase = 6
 	VirtualClusterStatus_FAILED            VirtualClusterStatus_Phase = 7
 	VirtualClusterStatus_REJECTED          VirtualClusterStatus_Phase = 8
+	// Asleep (spec.sleep): nothing runs and nothing is scheduled; :wake
+	// moves it to PROVISIONING, then READY.
+	VirtualClusterStatus_SLEEPING VirtualClusterStatus_Phase = 9
 )
 
 // Enum value maps for VirtualClusterStatus_Phase.
@@ -51,6 +54,7 @@ var (
 		6: "DELETED",
 		7: "FAILED",
 		8: "REJECTED",
+		9: "SLEEPING",
 	}
 	VirtualClusterStatus_Phase_value = map[string]int32{
 		"PHASE_UNSPECIFIED": 0,
@@ -62,6 +66,7 @@ var (
 		"DELETED":           6,
 		"FAILED":            7,
 		"REJECTED":          8,
+		"SLEEPING":          9,
 	}
 )
 
@@ -204,7 +209,7 @@ func (x Request_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Request_State.Descriptor instead.
 func (Request_State) EnumDescriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{10, 0}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{12, 0}
 }
 
 type Request_Kind int32
@@ -218,6 +223,9 @@ const (
 	// Move a virtual cluster to another vCluster chart and/or virtual
 	// Kubernetes version (upgrades only).
 	Request_CHANGE_VIRTUAL_CLUSTER_VERSION Request_Kind = 5
+	// Put a virtual cluster to sleep / wake it (as :sleep and :wake do).
+	Request_SLEEP_VIRTUAL_CLUSTER Request_Kind = 6
+	Request_WAKE_VIRTUAL_CLUSTER  Request_Kind = 7
 )
 
 // Enum value maps for Request_Kind.
@@ -229,6 +237,8 @@ var (
 		3: "CHANGE_TEAM_QUOTA",
 		4: "DELETE_VIRTUAL_CLUSTER",
 		5: "CHANGE_VIRTUAL_CLUSTER_VERSION",
+		6: "SLEEP_VIRTUAL_CLUSTER",
+		7: "WAKE_VIRTUAL_CLUSTER",
 	}
 	Request_Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED":               0,
@@ -237,6 +247,8 @@ var (
 		"CHANGE_TEAM_QUOTA":              3,
 		"DELETE_VIRTUAL_CLUSTER":         4,
 		"CHANGE_VIRTUAL_CLUSTER_VERSION": 5,
+		"SLEEP_VIRTUAL_CLUSTER":          6,
+		"WAKE_VIRTUAL_CLUSTER":           7,
 	}
 )
 
@@ -264,7 +276,7 @@ func (x Request_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Request_Kind.Descriptor instead.
 func (Request_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{10, 1}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{12, 1}
 }
 
 // VirtualCluster is a team's vCluster on the shared host cluster and its
@@ -385,7 +397,14 @@ type VirtualClusterSpec struct {
 	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
 	// Where to run it; unset, the platform chooses (see Placement). Set only
 	// on create.
-	Placement     *Placement `protobuf:"bytes,10,opt,name=placement,proto3" json:"placement,omitempty"`
+	Placement *Placement `protobuf:"bytes,10,opt,name=placement,proto3" json:"placement,omitempty"`
+	// Whether it should be asleep: set by :sleep (or an approved
+	// SLEEP_VIRTUAL_CLUSTER request, or auto-sleep), cleared by :wake.
+	// Asleep, its control plane is scaled to zero, the workload pods its
+	// syncer created on the host are removed and its leaf queue admits
+	// nothing (KAI limit 0); phase SLEEPING once the host shows it. Ignored
+	// on create.
+	Sleep         bool `protobuf:"varint,11,opt,name=sleep,proto3" json:"sleep,omitempty"` // Output only.
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -488,6 +507,13 @@ func (x *VirtualClusterSpec) GetPlacement() *Placement {
 		return x.Placement
 	}
 	return nil
+}
+
+func (x *VirtualClusterSpec) GetSleep() bool {
+	if x != nil {
+		return x.Sleep
+	}
+	return false
 }
 
 // Placement constrains the host cluster a new virtual cluster runs on.
@@ -735,6 +761,114 @@ func (x *Condition) GetObservedGeneration() int64 {
 	return 0
 }
 
+type SleepVirtualClusterRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// teams/{team}/virtualClusters/{virtual_cluster}
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
+	// When set, must match (ABORTED otherwise).
+	Etag          string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SleepVirtualClusterRequest) Reset() {
+	*x = SleepVirtualClusterRequest{}
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SleepVirtualClusterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SleepVirtualClusterRequest) ProtoMessage() {}
+
+func (x *SleepVirtualClusterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SleepVirtualClusterRequest.ProtoReflect.Descriptor instead.
+func (*SleepVirtualClusterRequest) Descriptor() ([]byte, []int) {
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SleepVirtualClusterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SleepVirtualClusterRequest) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
+type WakeVirtualClusterRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// teams/{team}/virtualClusters/{virtual_cluster}
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
+	// When set, must match (ABORTED otherwise).
+	Etag          string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WakeVirtualClusterRequest) Reset() {
+	*x = WakeVirtualClusterRequest{}
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WakeVirtualClusterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WakeVirtualClusterRequest) ProtoMessage() {}
+
+func (x *WakeVirtualClusterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WakeVirtualClusterRequest.ProtoReflect.Descriptor instead.
+func (*WakeVirtualClusterRequest) Descriptor() ([]byte, []int) {
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *WakeVirtualClusterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WakeVirtualClusterRequest) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
 type GetVirtualClusterKubeconfigRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// teams/{team}/virtualClusters/{virtual_cluster}
@@ -750,7 +884,7 @@ type GetVirtualClusterKubeconfigRequest struct {
 
 func (x *GetVirtualClusterKubeconfigRequest) Reset() {
 	*x = GetVirtualClusterKubeconfigRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[5]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -762,7 +896,7 @@ func (x *GetVirtualClusterKubeconfigRequest) String() string {
 func (*GetVirtualClusterKubeconfigRequest) ProtoMessage() {}
 
 func (x *GetVirtualClusterKubeconfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[5]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -775,7 +909,7 @@ func (x *GetVirtualClusterKubeconfigRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use GetVirtualClusterKubeconfigRequest.ProtoReflect.Descriptor instead.
 func (*GetVirtualClusterKubeconfigRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{5}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetVirtualClusterKubeconfigRequest) GetName() string {
@@ -816,7 +950,7 @@ type VirtualClusterKubeconfig struct {
 
 func (x *VirtualClusterKubeconfig) Reset() {
 	*x = VirtualClusterKubeconfig{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[6]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -828,7 +962,7 @@ func (x *VirtualClusterKubeconfig) String() string {
 func (*VirtualClusterKubeconfig) ProtoMessage() {}
 
 func (x *VirtualClusterKubeconfig) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[6]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -841,7 +975,7 @@ func (x *VirtualClusterKubeconfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VirtualClusterKubeconfig.ProtoReflect.Descriptor instead.
 func (*VirtualClusterKubeconfig) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{6}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *VirtualClusterKubeconfig) GetKubeconfig() string {
@@ -888,7 +1022,7 @@ type GetVirtualClusterRequest struct {
 
 func (x *GetVirtualClusterRequest) Reset() {
 	*x = GetVirtualClusterRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[7]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1034,7 @@ func (x *GetVirtualClusterRequest) String() string {
 func (*GetVirtualClusterRequest) ProtoMessage() {}
 
 func (x *GetVirtualClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[7]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1047,7 @@ func (x *GetVirtualClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVirtualClusterRequest.ProtoReflect.Descriptor instead.
 func (*GetVirtualClusterRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{7}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetVirtualClusterRequest) GetName() string {
@@ -937,7 +1071,7 @@ type ListVirtualClustersRequest struct {
 
 func (x *ListVirtualClustersRequest) Reset() {
 	*x = ListVirtualClustersRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[8]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1083,7 @@ func (x *ListVirtualClustersRequest) String() string {
 func (*ListVirtualClustersRequest) ProtoMessage() {}
 
 func (x *ListVirtualClustersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[8]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1096,7 @@ func (x *ListVirtualClustersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVirtualClustersRequest.ProtoReflect.Descriptor instead.
 func (*ListVirtualClustersRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{8}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListVirtualClustersRequest) GetParent() string {
@@ -1003,7 +1137,7 @@ type ListVirtualClustersResponse struct {
 
 func (x *ListVirtualClustersResponse) Reset() {
 	*x = ListVirtualClustersResponse{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[9]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1015,7 +1149,7 @@ func (x *ListVirtualClustersResponse) String() string {
 func (*ListVirtualClustersResponse) ProtoMessage() {}
 
 func (x *ListVirtualClustersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[9]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1028,7 +1162,7 @@ func (x *ListVirtualClustersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVirtualClustersResponse.ProtoReflect.Descriptor instead.
 func (*ListVirtualClustersResponse) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{9}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListVirtualClustersResponse) GetVirtualClusters() []*VirtualCluster {
@@ -1062,6 +1196,8 @@ type Request struct {
 	//	*Request_ChangeTeamQuota
 	//	*Request_DeleteVirtualCluster
 	//	*Request_ChangeVirtualClusterVersion
+	//	*Request_SleepVirtualCluster
+	//	*Request_WakeVirtualCluster
 	Payload       isRequest_Payload `protobuf_oneof:"payload"`
 	Justification string            `protobuf:"bytes,9,opt,name=justification,proto3" json:"justification,omitempty"`
 	State         Request_State     `protobuf:"varint,10,opt,name=state,proto3,enum=gpuplane.v1.Request_State" json:"state,omitempty"` // Output only.
@@ -1084,7 +1220,7 @@ type Request struct {
 
 func (x *Request) Reset() {
 	*x = Request{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[10]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1232,7 @@ func (x *Request) String() string {
 func (*Request) ProtoMessage() {}
 
 func (x *Request) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[10]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1245,7 @@ func (x *Request) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Request.ProtoReflect.Descriptor instead.
 func (*Request) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{10}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Request) GetName() string {
@@ -1187,6 +1323,24 @@ func (x *Request) GetChangeVirtualClusterVersion() *ChangeVirtualClusterVersionP
 	if x != nil {
 		if x, ok := x.Payload.(*Request_ChangeVirtualClusterVersion); ok {
 			return x.ChangeVirtualClusterVersion
+		}
+	}
+	return nil
+}
+
+func (x *Request) GetSleepVirtualCluster() *SleepVirtualClusterPayload {
+	if x != nil {
+		if x, ok := x.Payload.(*Request_SleepVirtualCluster); ok {
+			return x.SleepVirtualCluster
+		}
+	}
+	return nil
+}
+
+func (x *Request) GetWakeVirtualCluster() *WakeVirtualClusterPayload {
+	if x != nil {
+		if x, ok := x.Payload.(*Request_WakeVirtualCluster); ok {
+			return x.WakeVirtualCluster
 		}
 	}
 	return nil
@@ -1293,6 +1447,14 @@ type Request_ChangeVirtualClusterVersion struct {
 	ChangeVirtualClusterVersion *ChangeVirtualClusterVersionPayload `protobuf:"bytes,20,opt,name=change_virtual_cluster_version,json=changeVirtualClusterVersion,proto3,oneof"`
 }
 
+type Request_SleepVirtualCluster struct {
+	SleepVirtualCluster *SleepVirtualClusterPayload `protobuf:"bytes,21,opt,name=sleep_virtual_cluster,json=sleepVirtualCluster,proto3,oneof"`
+}
+
+type Request_WakeVirtualCluster struct {
+	WakeVirtualCluster *WakeVirtualClusterPayload `protobuf:"bytes,22,opt,name=wake_virtual_cluster,json=wakeVirtualCluster,proto3,oneof"`
+}
+
 func (*Request_CreateVirtualCluster) isRequest_Payload() {}
 
 func (*Request_ChangeVirtualClusterQuota) isRequest_Payload() {}
@@ -1302,6 +1464,10 @@ func (*Request_ChangeTeamQuota) isRequest_Payload() {}
 func (*Request_DeleteVirtualCluster) isRequest_Payload() {}
 
 func (*Request_ChangeVirtualClusterVersion) isRequest_Payload() {}
+
+func (*Request_SleepVirtualCluster) isRequest_Payload() {}
+
+func (*Request_WakeVirtualCluster) isRequest_Payload() {}
 
 type CreateVirtualClusterPayload struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1316,7 +1482,7 @@ type CreateVirtualClusterPayload struct {
 
 func (x *CreateVirtualClusterPayload) Reset() {
 	*x = CreateVirtualClusterPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[11]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1494,7 @@ func (x *CreateVirtualClusterPayload) String() string {
 func (*CreateVirtualClusterPayload) ProtoMessage() {}
 
 func (x *CreateVirtualClusterPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[11]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1507,7 @@ func (x *CreateVirtualClusterPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVirtualClusterPayload.ProtoReflect.Descriptor instead.
 func (*CreateVirtualClusterPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{11}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateVirtualClusterPayload) GetVirtualClusterId() string {
@@ -1381,7 +1547,7 @@ type ChangeVirtualClusterQuotaPayload struct {
 
 func (x *ChangeVirtualClusterQuotaPayload) Reset() {
 	*x = ChangeVirtualClusterQuotaPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[12]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1393,7 +1559,7 @@ func (x *ChangeVirtualClusterQuotaPayload) String() string {
 func (*ChangeVirtualClusterQuotaPayload) ProtoMessage() {}
 
 func (x *ChangeVirtualClusterQuotaPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[12]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1406,7 +1572,7 @@ func (x *ChangeVirtualClusterQuotaPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeVirtualClusterQuotaPayload.ProtoReflect.Descriptor instead.
 func (*ChangeVirtualClusterQuotaPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{12}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ChangeVirtualClusterQuotaPayload) GetVirtualCluster() string {
@@ -1460,7 +1626,7 @@ type ChangeVirtualClusterVersionPayload struct {
 
 func (x *ChangeVirtualClusterVersionPayload) Reset() {
 	*x = ChangeVirtualClusterVersionPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[13]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1638,7 @@ func (x *ChangeVirtualClusterVersionPayload) String() string {
 func (*ChangeVirtualClusterVersionPayload) ProtoMessage() {}
 
 func (x *ChangeVirtualClusterVersionPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[13]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1651,7 @@ func (x *ChangeVirtualClusterVersionPayload) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ChangeVirtualClusterVersionPayload.ProtoReflect.Descriptor instead.
 func (*ChangeVirtualClusterVersionPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{13}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ChangeVirtualClusterVersionPayload) GetVirtualCluster() string {
@@ -1509,6 +1675,98 @@ func (x *ChangeVirtualClusterVersionPayload) GetKubernetesVersion() string {
 	return ""
 }
 
+// Approved, it puts the virtual cluster to sleep like :sleep does.
+type SleepVirtualClusterPayload struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// teams/{team}/virtualClusters/{vc}
+	VirtualCluster string `protobuf:"bytes,1,opt,name=virtual_cluster,json=virtualCluster,proto3" json:"virtual_cluster,omitempty"` // Required.
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SleepVirtualClusterPayload) Reset() {
+	*x = SleepVirtualClusterPayload{}
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SleepVirtualClusterPayload) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SleepVirtualClusterPayload) ProtoMessage() {}
+
+func (x *SleepVirtualClusterPayload) ProtoReflect() protoreflect.Message {
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SleepVirtualClusterPayload.ProtoReflect.Descriptor instead.
+func (*SleepVirtualClusterPayload) Descriptor() ([]byte, []int) {
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SleepVirtualClusterPayload) GetVirtualCluster() string {
+	if x != nil {
+		return x.VirtualCluster
+	}
+	return ""
+}
+
+// Approved, it wakes the virtual cluster like :wake does.
+type WakeVirtualClusterPayload struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// teams/{team}/virtualClusters/{vc}
+	VirtualCluster string `protobuf:"bytes,1,opt,name=virtual_cluster,json=virtualCluster,proto3" json:"virtual_cluster,omitempty"` // Required.
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *WakeVirtualClusterPayload) Reset() {
+	*x = WakeVirtualClusterPayload{}
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WakeVirtualClusterPayload) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WakeVirtualClusterPayload) ProtoMessage() {}
+
+func (x *WakeVirtualClusterPayload) ProtoReflect() protoreflect.Message {
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WakeVirtualClusterPayload.ProtoReflect.Descriptor instead.
+func (*WakeVirtualClusterPayload) Descriptor() ([]byte, []int) {
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *WakeVirtualClusterPayload) GetVirtualCluster() string {
+	if x != nil {
+		return x.VirtualCluster
+	}
+	return ""
+}
+
 type ChangeTeamQuotaPayload struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Quota            *Quota                 `protobuf:"bytes,1,opt,name=quota,proto3" json:"quota,omitempty"` // Required.
@@ -1519,7 +1777,7 @@ type ChangeTeamQuotaPayload struct {
 
 func (x *ChangeTeamQuotaPayload) Reset() {
 	*x = ChangeTeamQuotaPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[14]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1789,7 @@ func (x *ChangeTeamQuotaPayload) String() string {
 func (*ChangeTeamQuotaPayload) ProtoMessage() {}
 
 func (x *ChangeTeamQuotaPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[14]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1802,7 @@ func (x *ChangeTeamQuotaPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeTeamQuotaPayload.ProtoReflect.Descriptor instead.
 func (*ChangeTeamQuotaPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{14}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ChangeTeamQuotaPayload) GetQuota() *Quota {
@@ -1570,7 +1828,7 @@ type DeleteVirtualClusterPayload struct {
 
 func (x *DeleteVirtualClusterPayload) Reset() {
 	*x = DeleteVirtualClusterPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[15]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1840,7 @@ func (x *DeleteVirtualClusterPayload) String() string {
 func (*DeleteVirtualClusterPayload) ProtoMessage() {}
 
 func (x *DeleteVirtualClusterPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[15]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1853,7 @@ func (x *DeleteVirtualClusterPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVirtualClusterPayload.ProtoReflect.Descriptor instead.
 func (*DeleteVirtualClusterPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{15}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteVirtualClusterPayload) GetVirtualCluster() string {
@@ -1619,7 +1877,7 @@ type FitResult struct {
 
 func (x *FitResult) Reset() {
 	*x = FitResult{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[16]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +1889,7 @@ func (x *FitResult) String() string {
 func (*FitResult) ProtoMessage() {}
 
 func (x *FitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[16]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +1902,7 @@ func (x *FitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FitResult.ProtoReflect.Descriptor instead.
 func (*FitResult) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{16}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FitResult) GetFits() bool {
@@ -1688,7 +1946,7 @@ type Shortfall struct {
 
 func (x *Shortfall) Reset() {
 	*x = Shortfall{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[17]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +1958,7 @@ func (x *Shortfall) String() string {
 func (*Shortfall) ProtoMessage() {}
 
 func (x *Shortfall) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[17]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +1971,7 @@ func (x *Shortfall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shortfall.ProtoReflect.Descriptor instead.
 func (*Shortfall) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{17}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Shortfall) GetLevel() string {
@@ -1775,7 +2033,7 @@ type CreateRequestRequest struct {
 
 func (x *CreateRequestRequest) Reset() {
 	*x = CreateRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[18]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +2045,7 @@ func (x *CreateRequestRequest) String() string {
 func (*CreateRequestRequest) ProtoMessage() {}
 
 func (x *CreateRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[18]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +2058,7 @@ func (x *CreateRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequestRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{18}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreateRequestRequest) GetRequest() *Request {
@@ -1826,7 +2084,7 @@ type GetRequestRequest struct {
 
 func (x *GetRequestRequest) Reset() {
 	*x = GetRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[19]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +2096,7 @@ func (x *GetRequestRequest) String() string {
 func (*GetRequestRequest) ProtoMessage() {}
 
 func (x *GetRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[19]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +2109,7 @@ func (x *GetRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequestRequest.ProtoReflect.Descriptor instead.
 func (*GetRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{19}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetRequestRequest) GetName() string {
@@ -1874,7 +2132,7 @@ type ListRequestsRequest struct {
 
 func (x *ListRequestsRequest) Reset() {
 	*x = ListRequestsRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[20]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +2144,7 @@ func (x *ListRequestsRequest) String() string {
 func (*ListRequestsRequest) ProtoMessage() {}
 
 func (x *ListRequestsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[20]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +2157,7 @@ func (x *ListRequestsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequestsRequest.ProtoReflect.Descriptor instead.
 func (*ListRequestsRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{20}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListRequestsRequest) GetPageSize() int32 {
@@ -1934,7 +2192,7 @@ type ListRequestsResponse struct {
 
 func (x *ListRequestsResponse) Reset() {
 	*x = ListRequestsResponse{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[21]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1946,7 +2204,7 @@ func (x *ListRequestsResponse) String() string {
 func (*ListRequestsResponse) ProtoMessage() {}
 
 func (x *ListRequestsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[21]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1959,7 +2217,7 @@ func (x *ListRequestsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequestsResponse.ProtoReflect.Descriptor instead.
 func (*ListRequestsResponse) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{21}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListRequestsResponse) GetRequests() []*Request {
@@ -1986,7 +2244,7 @@ type CancelRequestRequest struct {
 
 func (x *CancelRequestRequest) Reset() {
 	*x = CancelRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[22]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2256,7 @@ func (x *CancelRequestRequest) String() string {
 func (*CancelRequestRequest) ProtoMessage() {}
 
 func (x *CancelRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[22]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2269,7 @@ func (x *CancelRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequestRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{22}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CancelRequestRequest) GetName() string {
@@ -2039,7 +2297,7 @@ type ApproveRequestRequest struct {
 
 func (x *ApproveRequestRequest) Reset() {
 	*x = ApproveRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[23]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2051,7 +2309,7 @@ func (x *ApproveRequestRequest) String() string {
 func (*ApproveRequestRequest) ProtoMessage() {}
 
 func (x *ApproveRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[23]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2064,7 +2322,7 @@ func (x *ApproveRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveRequestRequest.ProtoReflect.Descriptor instead.
 func (*ApproveRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{23}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ApproveRequestRequest) GetName() string {
@@ -2099,7 +2357,7 @@ type RejectRequestRequest struct {
 
 func (x *RejectRequestRequest) Reset() {
 	*x = RejectRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[24]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2369,7 @@ func (x *RejectRequestRequest) String() string {
 func (*RejectRequestRequest) ProtoMessage() {}
 
 func (x *RejectRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[24]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2382,7 @@ func (x *RejectRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectRequestRequest.ProtoReflect.Descriptor instead.
 func (*RejectRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{24}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RejectRequestRequest) GetName() string {
@@ -2159,7 +2417,7 @@ type CheckFitRequest struct {
 
 func (x *CheckFitRequest) Reset() {
 	*x = CheckFitRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[25]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2171,7 +2429,7 @@ func (x *CheckFitRequest) String() string {
 func (*CheckFitRequest) ProtoMessage() {}
 
 func (x *CheckFitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[25]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2184,7 +2442,7 @@ func (x *CheckFitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckFitRequest.ProtoReflect.Descriptor instead.
 func (*CheckFitRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{25}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CheckFitRequest) GetName() string {
@@ -2221,7 +2479,7 @@ type ApprovalPolicy struct {
 
 func (x *ApprovalPolicy) Reset() {
 	*x = ApprovalPolicy{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[26]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2491,7 @@ func (x *ApprovalPolicy) String() string {
 func (*ApprovalPolicy) ProtoMessage() {}
 
 func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[26]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2504,7 @@ func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicy.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicy) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{26}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ApprovalPolicy) GetName() string {
@@ -2307,7 +2565,7 @@ type GetApprovalPolicyRequest struct {
 
 func (x *GetApprovalPolicyRequest) Reset() {
 	*x = GetApprovalPolicyRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[27]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2577,7 @@ func (x *GetApprovalPolicyRequest) String() string {
 func (*GetApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *GetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[27]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2590,7 @@ func (x *GetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{27}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetApprovalPolicyRequest) GetName() string {
@@ -2352,7 +2610,7 @@ type ListApprovalPoliciesRequest struct {
 
 func (x *ListApprovalPoliciesRequest) Reset() {
 	*x = ListApprovalPoliciesRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[28]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2622,7 @@ func (x *ListApprovalPoliciesRequest) String() string {
 func (*ListApprovalPoliciesRequest) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[28]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +2635,7 @@ func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{28}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListApprovalPoliciesRequest) GetPageSize() int32 {
@@ -2404,7 +2662,7 @@ type ListApprovalPoliciesResponse struct {
 
 func (x *ListApprovalPoliciesResponse) Reset() {
 	*x = ListApprovalPoliciesResponse{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[29]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2674,7 @@ func (x *ListApprovalPoliciesResponse) String() string {
 func (*ListApprovalPoliciesResponse) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[29]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2687,7 @@ func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{29}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListApprovalPoliciesResponse) GetApprovalPolicies() []*ApprovalPolicy {
@@ -2457,7 +2715,7 @@ type CreateApprovalPolicyRequest struct {
 
 func (x *CreateApprovalPolicyRequest) Reset() {
 	*x = CreateApprovalPolicyRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[30]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2469,7 +2727,7 @@ func (x *CreateApprovalPolicyRequest) String() string {
 func (*CreateApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *CreateApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[30]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2482,7 +2740,7 @@ func (x *CreateApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*CreateApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{30}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateApprovalPolicyRequest) GetApprovalPolicyId() string {
@@ -2517,7 +2775,7 @@ type UpdateApprovalPolicyRequest struct {
 
 func (x *UpdateApprovalPolicyRequest) Reset() {
 	*x = UpdateApprovalPolicyRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[31]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2529,7 +2787,7 @@ func (x *UpdateApprovalPolicyRequest) String() string {
 func (*UpdateApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *UpdateApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[31]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2542,7 +2800,7 @@ func (x *UpdateApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*UpdateApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{31}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UpdateApprovalPolicyRequest) GetApprovalPolicy() *ApprovalPolicy {
@@ -2569,7 +2827,7 @@ type DeleteApprovalPolicyRequest struct {
 
 func (x *DeleteApprovalPolicyRequest) Reset() {
 	*x = DeleteApprovalPolicyRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[32]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2581,7 +2839,7 @@ func (x *DeleteApprovalPolicyRequest) String() string {
 func (*DeleteApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *DeleteApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[32]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2594,7 +2852,7 @@ func (x *DeleteApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeleteApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{32}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteApprovalPolicyRequest) GetName() string {
@@ -2627,7 +2885,7 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xce\x03\n" +
+	"updateTime\"\xe4\x03\n" +
 	"\x12VirtualClusterSpec\x12!\n" +
 	"\fdisplay_name\x18\x01 \x01(\tR\vdisplayName\x12(\n" +
 	"\x05quota\x18\x02 \x01(\v2\x12.gpuplane.v1.QuotaR\x05quota\x12(\n" +
@@ -2640,13 +2898,14 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\vexpire_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"expireTime\x124\n" +
 	"\tplacement\x18\n" +
-	" \x01(\v2\x16.gpuplane.v1.PlacementR\tplacement\"\xd3\x01\n" +
+	" \x01(\v2\x16.gpuplane.v1.PlacementR\tplacement\x12\x14\n" +
+	"\x05sleep\x18\v \x01(\bR\x05sleep\"\xd3\x01\n" +
 	"\tPlacement\x12!\n" +
 	"\fhost_cluster\x18\x01 \x01(\tR\vhostCluster\x12]\n" +
 	"\x13host_cluster_labels\x18\x02 \x03(\v2-.gpuplane.v1.Placement.HostClusterLabelsEntryR\x11hostClusterLabels\x1aD\n" +
 	"\x16HostClusterLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe0\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xee\x03\n" +
 	"\x14VirtualClusterStatus\x12=\n" +
 	"\x05phase\x18\x01 \x01(\x0e2'.gpuplane.v1.VirtualClusterStatus.PhaseR\x05phase\x126\n" +
 	"\n" +
@@ -2656,7 +2915,7 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\bendpoint\x18\x04 \x01(\tR\bendpoint\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x120\n" +
 	"\tallocated\x18\x06 \x01(\v2\x12.gpuplane.v1.QuotaR\tallocated\x12!\n" +
-	"\fhost_cluster\x18\a \x01(\tR\vhostCluster\"\x94\x01\n" +
+	"\fhost_cluster\x18\a \x01(\tR\vhostCluster\"\xa2\x01\n" +
 	"\x05Phase\x12\x15\n" +
 	"\x11PHASE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10PENDING_APPROVAL\x10\x01\x12\x10\n" +
@@ -2667,7 +2926,8 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\aDELETED\x10\x06\x12\n" +
 	"\n" +
 	"\x06FAILED\x10\a\x12\f\n" +
-	"\bREJECTED\x10\b\"\xcb\x02\n" +
+	"\bREJECTED\x10\b\x12\f\n" +
+	"\bSLEEPING\x10\t\"\xcb\x02\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x125\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1d.gpuplane.v1.Condition.StatusR\x06status\x12\x16\n" +
@@ -2679,7 +2939,13 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04TRUE\x10\x01\x12\t\n" +
 	"\x05FALSE\x10\x02\x12\v\n" +
-	"\aUNKNOWN\x10\x03\"|\n" +
+	"\aUNKNOWN\x10\x03\"D\n" +
+	"\x1aSleepVirtualClusterRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag\"C\n" +
+	"\x19WakeVirtualClusterRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag\"|\n" +
 	"\"GetVirtualClusterKubeconfigRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vbreak_glass\x18\x02 \x01(\bR\n" +
@@ -2704,7 +2970,7 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\x06filter\x18\x04 \x01(\tR\x06filter\"\x8d\x01\n" +
 	"\x1bListVirtualClustersResponse\x12F\n" +
 	"\x10virtual_clusters\x18\x01 \x03(\v2\x1b.gpuplane.v1.VirtualClusterR\x0fvirtualClusters\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x87\v\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xf7\f\n" +
 	"\aRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04team\x18\x02 \x01(\tR\x04team\x12\x1e\n" +
@@ -2716,7 +2982,9 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\x1cchange_virtual_cluster_quota\x18\x06 \x01(\v2-.gpuplane.v1.ChangeVirtualClusterQuotaPayloadH\x00R\x19changeVirtualClusterQuota\x12Q\n" +
 	"\x11change_team_quota\x18\a \x01(\v2#.gpuplane.v1.ChangeTeamQuotaPayloadH\x00R\x0fchangeTeamQuota\x12`\n" +
 	"\x16delete_virtual_cluster\x18\b \x01(\v2(.gpuplane.v1.DeleteVirtualClusterPayloadH\x00R\x14deleteVirtualCluster\x12v\n" +
-	"\x1echange_virtual_cluster_version\x18\x14 \x01(\v2/.gpuplane.v1.ChangeVirtualClusterVersionPayloadH\x00R\x1bchangeVirtualClusterVersion\x12$\n" +
+	"\x1echange_virtual_cluster_version\x18\x14 \x01(\v2/.gpuplane.v1.ChangeVirtualClusterVersionPayloadH\x00R\x1bchangeVirtualClusterVersion\x12]\n" +
+	"\x15sleep_virtual_cluster\x18\x15 \x01(\v2'.gpuplane.v1.SleepVirtualClusterPayloadH\x00R\x13sleepVirtualCluster\x12Z\n" +
+	"\x14wake_virtual_cluster\x18\x16 \x01(\v2&.gpuplane.v1.WakeVirtualClusterPayloadH\x00R\x12wakeVirtualCluster\x12$\n" +
 	"\rjustification\x18\t \x01(\tR\rjustification\x120\n" +
 	"\x05state\x18\n" +
 	" \x01(\x0e2\x1a.gpuplane.v1.Request.StateR\x05state\x12\x1c\n" +
@@ -2740,14 +3008,16 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\tCANCELLED\x10\x04\x12\v\n" +
 	"\aAPPLIED\x10\x05\x12\n" +
 	"\n" +
-	"\x06FAILED\x10\x06\"\xb1\x01\n" +
+	"\x06FAILED\x10\x06\"\xe6\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16CREATE_VIRTUAL_CLUSTER\x10\x01\x12 \n" +
 	"\x1cCHANGE_VIRTUAL_CLUSTER_QUOTA\x10\x02\x12\x15\n" +
 	"\x11CHANGE_TEAM_QUOTA\x10\x03\x12\x1a\n" +
 	"\x16DELETE_VIRTUAL_CLUSTER\x10\x04\x12\"\n" +
-	"\x1eCHANGE_VIRTUAL_CLUSTER_VERSION\x10\x05B\t\n" +
+	"\x1eCHANGE_VIRTUAL_CLUSTER_VERSION\x10\x05\x12\x19\n" +
+	"\x15SLEEP_VIRTUAL_CLUSTER\x10\x06\x12\x18\n" +
+	"\x14WAKE_VIRTUAL_CLUSTER\x10\aB\t\n" +
 	"\apayload\"\xa9\x01\n" +
 	"\x1bCreateVirtualClusterPayload\x12,\n" +
 	"\x12virtual_cluster_id\x18\x01 \x01(\tR\x10virtualClusterId\x123\n" +
@@ -2761,7 +3031,11 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\"ChangeVirtualClusterVersionPayload\x12'\n" +
 	"\x0fvirtual_cluster\x18\x01 \x01(\tR\x0evirtualCluster\x12#\n" +
 	"\rchart_version\x18\x02 \x01(\tR\fchartVersion\x12-\n" +
-	"\x12kubernetes_version\x18\x03 \x01(\tR\x11kubernetesVersion\"o\n" +
+	"\x12kubernetes_version\x18\x03 \x01(\tR\x11kubernetesVersion\"E\n" +
+	"\x1aSleepVirtualClusterPayload\x12'\n" +
+	"\x0fvirtual_cluster\x18\x01 \x01(\tR\x0evirtualCluster\"D\n" +
+	"\x19WakeVirtualClusterPayload\x12'\n" +
+	"\x0fvirtual_cluster\x18\x01 \x01(\tR\x0evirtualCluster\"o\n" +
 	"\x16ChangeTeamQuotaPayload\x12(\n" +
 	"\x05quota\x18\x01 \x01(\v2\x12.gpuplane.v1.QuotaR\x05quota\x12+\n" +
 	"\x11accept_preemption\x18\x02 \x01(\bR\x10acceptPreemption\"F\n" +
@@ -2841,11 +3115,13 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"updateMask\"E\n" +
 	"\x1bDeleteApprovalPolicyRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04etag\x18\x02 \x01(\tR\x04etag2\xe9\x03\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag2\x90\x06\n" +
 	"\x15VirtualClusterService\x12\x85\x01\n" +
 	"\x11GetVirtualCluster\x12%.gpuplane.v1.GetVirtualClusterRequest\x1a\x1b.gpuplane.v1.VirtualCluster\",\x82\xd3\xe4\x93\x02&\x12$/v1/{name=teams/*/virtualClusters/*}\x12\x96\x01\n" +
 	"\x13ListVirtualClusters\x12'.gpuplane.v1.ListVirtualClustersRequest\x1a(.gpuplane.v1.ListVirtualClustersResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/{parent=teams/*}/virtualClusters\x12\xae\x01\n" +
-	"\x1bGetVirtualClusterKubeconfig\x12/.gpuplane.v1.GetVirtualClusterKubeconfigRequest\x1a%.gpuplane.v1.VirtualClusterKubeconfig\"7\x82\xd3\xe4\x93\x021\x12//v1/{name=teams/*/virtualClusters/*}:kubeconfig2\xad\x06\n" +
+	"\x1bGetVirtualClusterKubeconfig\x12/.gpuplane.v1.GetVirtualClusterKubeconfigRequest\x1a%.gpuplane.v1.VirtualClusterKubeconfig\"7\x82\xd3\xe4\x93\x021\x12//v1/{name=teams/*/virtualClusters/*}:kubeconfig\x12\x92\x01\n" +
+	"\x13SleepVirtualCluster\x12'.gpuplane.v1.SleepVirtualClusterRequest\x1a\x1b.gpuplane.v1.VirtualCluster\"5\x82\xd3\xe4\x93\x02/:\x01*\"*/v1/{name=teams/*/virtualClusters/*}:sleep\x12\x8f\x01\n" +
+	"\x12WakeVirtualCluster\x12&.gpuplane.v1.WakeVirtualClusterRequest\x1a\x1b.gpuplane.v1.VirtualCluster\"4\x82\xd3\xe4\x93\x02.:\x01*\")/v1/{name=teams/*/virtualClusters/*}:wake2\xad\x06\n" +
 	"\x0eRequestService\x12g\n" +
 	"\rCreateRequest\x12!.gpuplane.v1.CreateRequestRequest\x1a\x14.gpuplane.v1.Request\"\x1d\x82\xd3\xe4\x93\x02\x17:\arequest\"\f/v1/requests\x12a\n" +
 	"\n" +
@@ -2875,7 +3151,7 @@ func file_gpuplane_v1_workflow_proto_rawDescGZIP() []byte {
 }
 
 var file_gpuplane_v1_workflow_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_gpuplane_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_gpuplane_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_gpuplane_v1_workflow_proto_goTypes = []any{
 	(VirtualClusterStatus_Phase)(0),            // 0: gpuplane.v1.VirtualClusterStatus.Phase
 	(Condition_Status)(0),                      // 1: gpuplane.v1.Condition.Status
@@ -2886,115 +3162,125 @@ var file_gpuplane_v1_workflow_proto_goTypes = []any{
 	(*Placement)(nil),                          // 6: gpuplane.v1.Placement
 	(*VirtualClusterStatus)(nil),               // 7: gpuplane.v1.VirtualClusterStatus
 	(*Condition)(nil),                          // 8: gpuplane.v1.Condition
-	(*GetVirtualClusterKubeconfigRequest)(nil), // 9: gpuplane.v1.GetVirtualClusterKubeconfigRequest
-	(*VirtualClusterKubeconfig)(nil),           // 10: gpuplane.v1.VirtualClusterKubeconfig
-	(*GetVirtualClusterRequest)(nil),           // 11: gpuplane.v1.GetVirtualClusterRequest
-	(*ListVirtualClustersRequest)(nil),         // 12: gpuplane.v1.ListVirtualClustersRequest
-	(*ListVirtualClustersResponse)(nil),        // 13: gpuplane.v1.ListVirtualClustersResponse
-	(*Request)(nil),                            // 14: gpuplane.v1.Request
-	(*CreateVirtualClusterPayload)(nil),        // 15: gpuplane.v1.CreateVirtualClusterPayload
-	(*ChangeVirtualClusterQuotaPayload)(nil),   // 16: gpuplane.v1.ChangeVirtualClusterQuotaPayload
-	(*ChangeVirtualClusterVersionPayload)(nil), // 17: gpuplane.v1.ChangeVirtualClusterVersionPayload
-	(*ChangeTeamQuotaPayload)(nil),             // 18: gpuplane.v1.ChangeTeamQuotaPayload
-	(*DeleteVirtualClusterPayload)(nil),        // 19: gpuplane.v1.DeleteVirtualClusterPayload
-	(*FitResult)(nil),                          // 20: gpuplane.v1.FitResult
-	(*Shortfall)(nil),                          // 21: gpuplane.v1.Shortfall
-	(*CreateRequestRequest)(nil),               // 22: gpuplane.v1.CreateRequestRequest
-	(*GetRequestRequest)(nil),                  // 23: gpuplane.v1.GetRequestRequest
-	(*ListRequestsRequest)(nil),                // 24: gpuplane.v1.ListRequestsRequest
-	(*ListRequestsResponse)(nil),               // 25: gpuplane.v1.ListRequestsResponse
-	(*CancelRequestRequest)(nil),               // 26: gpuplane.v1.CancelRequestRequest
-	(*ApproveRequestRequest)(nil),              // 27: gpuplane.v1.ApproveRequestRequest
-	(*RejectRequestRequest)(nil),               // 28: gpuplane.v1.RejectRequestRequest
-	(*CheckFitRequest)(nil),                    // 29: gpuplane.v1.CheckFitRequest
-	(*ApprovalPolicy)(nil),                     // 30: gpuplane.v1.ApprovalPolicy
-	(*GetApprovalPolicyRequest)(nil),           // 31: gpuplane.v1.GetApprovalPolicyRequest
-	(*ListApprovalPoliciesRequest)(nil),        // 32: gpuplane.v1.ListApprovalPoliciesRequest
-	(*ListApprovalPoliciesResponse)(nil),       // 33: gpuplane.v1.ListApprovalPoliciesResponse
-	(*CreateApprovalPolicyRequest)(nil),        // 34: gpuplane.v1.CreateApprovalPolicyRequest
-	(*UpdateApprovalPolicyRequest)(nil),        // 35: gpuplane.v1.UpdateApprovalPolicyRequest
-	(*DeleteApprovalPolicyRequest)(nil),        // 36: gpuplane.v1.DeleteApprovalPolicyRequest
-	nil,                                        // 37: gpuplane.v1.Placement.HostClusterLabelsEntry
-	(*timestamppb.Timestamp)(nil),              // 38: google.protobuf.Timestamp
-	(*Quota)(nil),                              // 39: gpuplane.v1.Quota
-	(*fieldmaskpb.FieldMask)(nil),              // 40: google.protobuf.FieldMask
-	(*emptypb.Empty)(nil),                      // 41: google.protobuf.Empty
+	(*SleepVirtualClusterRequest)(nil),         // 9: gpuplane.v1.SleepVirtualClusterRequest
+	(*WakeVirtualClusterRequest)(nil),          // 10: gpuplane.v1.WakeVirtualClusterRequest
+	(*GetVirtualClusterKubeconfigRequest)(nil), // 11: gpuplane.v1.GetVirtualClusterKubeconfigRequest
+	(*VirtualClusterKubeconfig)(nil),           // 12: gpuplane.v1.VirtualClusterKubeconfig
+	(*GetVirtualClusterRequest)(nil),           // 13: gpuplane.v1.GetVirtualClusterRequest
+	(*ListVirtualClustersRequest)(nil),         // 14: gpuplane.v1.ListVirtualClustersRequest
+	(*ListVirtualClustersResponse)(nil),        // 15: gpuplane.v1.ListVirtualClustersResponse
+	(*Request)(nil),                            // 16: gpuplane.v1.Request
+	(*CreateVirtualClusterPayload)(nil),        // 17: gpuplane.v1.CreateVirtualClusterPayload
+	(*ChangeVirtualClusterQuotaPayload)(nil),   // 18: gpuplane.v1.ChangeVirtualClusterQuotaPayload
+	(*ChangeVirtualClusterVersionPayload)(nil), // 19: gpuplane.v1.ChangeVirtualClusterVersionPayload
+	(*SleepVirtualClusterPayload)(nil),         // 20: gpuplane.v1.SleepVirtualClusterPayload
+	(*WakeVirtualClusterPayload)(nil),          // 21: gpuplane.v1.WakeVirtualClusterPayload
+	(*ChangeTeamQuotaPayload)(nil),             // 22: gpuplane.v1.ChangeTeamQuotaPayload
+	(*DeleteVirtualClusterPayload)(nil),        // 23: gpuplane.v1.DeleteVirtualClusterPayload
+	(*FitResult)(nil),                          // 24: gpuplane.v1.FitResult
+	(*Shortfall)(nil),                          // 25: gpuplane.v1.Shortfall
+	(*CreateRequestRequest)(nil),               // 26: gpuplane.v1.CreateRequestRequest
+	(*GetRequestRequest)(nil),                  // 27: gpuplane.v1.GetRequestRequest
+	(*ListRequestsRequest)(nil),                // 28: gpuplane.v1.ListRequestsRequest
+	(*ListRequestsResponse)(nil),               // 29: gpuplane.v1.ListRequestsResponse
+	(*CancelRequestRequest)(nil),               // 30: gpuplane.v1.CancelRequestRequest
+	(*ApproveRequestRequest)(nil),              // 31: gpuplane.v1.ApproveRequestRequest
+	(*RejectRequestRequest)(nil),               // 32: gpuplane.v1.RejectRequestRequest
+	(*CheckFitRequest)(nil),                    // 33: gpuplane.v1.CheckFitRequest
+	(*ApprovalPolicy)(nil),                     // 34: gpuplane.v1.ApprovalPolicy
+	(*GetApprovalPolicyRequest)(nil),           // 35: gpuplane.v1.GetApprovalPolicyRequest
+	(*ListApprovalPoliciesRequest)(nil),        // 36: gpuplane.v1.ListApprovalPoliciesRequest
+	(*ListApprovalPoliciesResponse)(nil),       // 37: gpuplane.v1.ListApprovalPoliciesResponse
+	(*CreateApprovalPolicyRequest)(nil),        // 38: gpuplane.v1.CreateApprovalPolicyRequest
+	(*UpdateApprovalPolicyRequest)(nil),        // 39: gpuplane.v1.UpdateApprovalPolicyRequest
+	(*DeleteApprovalPolicyRequest)(nil),        // 40: gpuplane.v1.DeleteApprovalPolicyRequest
+	nil,                                        // 41: gpuplane.v1.Placement.HostClusterLabelsEntry
+	(*timestamppb.Timestamp)(nil),              // 42: google.protobuf.Timestamp
+	(*Quota)(nil),                              // 43: gpuplane.v1.Quota
+	(*fieldmaskpb.FieldMask)(nil),              // 44: google.protobuf.FieldMask
+	(*emptypb.Empty)(nil),                      // 45: google.protobuf.Empty
 }
 var file_gpuplane_v1_workflow_proto_depIdxs = []int32{
 	5,  // 0: gpuplane.v1.VirtualCluster.spec:type_name -> gpuplane.v1.VirtualClusterSpec
 	7,  // 1: gpuplane.v1.VirtualCluster.status:type_name -> gpuplane.v1.VirtualClusterStatus
-	38, // 2: gpuplane.v1.VirtualCluster.create_time:type_name -> google.protobuf.Timestamp
-	38, // 3: gpuplane.v1.VirtualCluster.update_time:type_name -> google.protobuf.Timestamp
-	39, // 4: gpuplane.v1.VirtualClusterSpec.quota:type_name -> gpuplane.v1.Quota
-	39, // 5: gpuplane.v1.VirtualClusterSpec.limit:type_name -> gpuplane.v1.Quota
-	38, // 6: gpuplane.v1.VirtualClusterSpec.expire_time:type_name -> google.protobuf.Timestamp
+	42, // 2: gpuplane.v1.VirtualCluster.create_time:type_name -> google.protobuf.Timestamp
+	42, // 3: gpuplane.v1.VirtualCluster.update_time:type_name -> google.protobuf.Timestamp
+	43, // 4: gpuplane.v1.VirtualClusterSpec.quota:type_name -> gpuplane.v1.Quota
+	43, // 5: gpuplane.v1.VirtualClusterSpec.limit:type_name -> gpuplane.v1.Quota
+	42, // 6: gpuplane.v1.VirtualClusterSpec.expire_time:type_name -> google.protobuf.Timestamp
 	6,  // 7: gpuplane.v1.VirtualClusterSpec.placement:type_name -> gpuplane.v1.Placement
-	37, // 8: gpuplane.v1.Placement.host_cluster_labels:type_name -> gpuplane.v1.Placement.HostClusterLabelsEntry
+	41, // 8: gpuplane.v1.Placement.host_cluster_labels:type_name -> gpuplane.v1.Placement.HostClusterLabelsEntry
 	0,  // 9: gpuplane.v1.VirtualClusterStatus.phase:type_name -> gpuplane.v1.VirtualClusterStatus.Phase
 	8,  // 10: gpuplane.v1.VirtualClusterStatus.conditions:type_name -> gpuplane.v1.Condition
-	39, // 11: gpuplane.v1.VirtualClusterStatus.allocated:type_name -> gpuplane.v1.Quota
+	43, // 11: gpuplane.v1.VirtualClusterStatus.allocated:type_name -> gpuplane.v1.Quota
 	1,  // 12: gpuplane.v1.Condition.status:type_name -> gpuplane.v1.Condition.Status
-	38, // 13: gpuplane.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	42, // 13: gpuplane.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
 	4,  // 14: gpuplane.v1.ListVirtualClustersResponse.virtual_clusters:type_name -> gpuplane.v1.VirtualCluster
 	3,  // 15: gpuplane.v1.Request.kind:type_name -> gpuplane.v1.Request.Kind
-	15, // 16: gpuplane.v1.Request.create_virtual_cluster:type_name -> gpuplane.v1.CreateVirtualClusterPayload
-	16, // 17: gpuplane.v1.Request.change_virtual_cluster_quota:type_name -> gpuplane.v1.ChangeVirtualClusterQuotaPayload
-	18, // 18: gpuplane.v1.Request.change_team_quota:type_name -> gpuplane.v1.ChangeTeamQuotaPayload
-	19, // 19: gpuplane.v1.Request.delete_virtual_cluster:type_name -> gpuplane.v1.DeleteVirtualClusterPayload
-	17, // 20: gpuplane.v1.Request.change_virtual_cluster_version:type_name -> gpuplane.v1.ChangeVirtualClusterVersionPayload
-	2,  // 21: gpuplane.v1.Request.state:type_name -> gpuplane.v1.Request.State
-	38, // 22: gpuplane.v1.Request.decide_time:type_name -> google.protobuf.Timestamp
-	38, // 23: gpuplane.v1.Request.create_time:type_name -> google.protobuf.Timestamp
-	38, // 24: gpuplane.v1.Request.update_time:type_name -> google.protobuf.Timestamp
-	5,  // 25: gpuplane.v1.CreateVirtualClusterPayload.spec:type_name -> gpuplane.v1.VirtualClusterSpec
-	39, // 26: gpuplane.v1.ChangeVirtualClusterQuotaPayload.quota:type_name -> gpuplane.v1.Quota
-	39, // 27: gpuplane.v1.ChangeVirtualClusterQuotaPayload.limit:type_name -> gpuplane.v1.Quota
-	39, // 28: gpuplane.v1.ChangeTeamQuotaPayload.quota:type_name -> gpuplane.v1.Quota
-	21, // 29: gpuplane.v1.FitResult.shortfalls:type_name -> gpuplane.v1.Shortfall
-	14, // 30: gpuplane.v1.CreateRequestRequest.request:type_name -> gpuplane.v1.Request
-	14, // 31: gpuplane.v1.ListRequestsResponse.requests:type_name -> gpuplane.v1.Request
-	14, // 32: gpuplane.v1.CheckFitRequest.request:type_name -> gpuplane.v1.Request
-	38, // 33: gpuplane.v1.ApprovalPolicy.create_time:type_name -> google.protobuf.Timestamp
-	38, // 34: gpuplane.v1.ApprovalPolicy.update_time:type_name -> google.protobuf.Timestamp
-	30, // 35: gpuplane.v1.ListApprovalPoliciesResponse.approval_policies:type_name -> gpuplane.v1.ApprovalPolicy
-	30, // 36: gpuplane.v1.CreateApprovalPolicyRequest.approval_policy:type_name -> gpuplane.v1.ApprovalPolicy
-	30, // 37: gpuplane.v1.UpdateApprovalPolicyRequest.approval_policy:type_name -> gpuplane.v1.ApprovalPolicy
-	40, // 38: gpuplane.v1.UpdateApprovalPolicyRequest.update_mask:type_name -> google.protobuf.FieldMask
-	11, // 39: gpuplane.v1.VirtualClusterService.GetVirtualCluster:input_type -> gpuplane.v1.GetVirtualClusterRequest
-	12, // 40: gpuplane.v1.VirtualClusterService.ListVirtualClusters:input_type -> gpuplane.v1.ListVirtualClustersRequest
-	9,  // 41: gpuplane.v1.VirtualClusterService.GetVirtualClusterKubeconfig:input_type -> gpuplane.v1.GetVirtualClusterKubeconfigRequest
-	22, // 42: gpuplane.v1.RequestService.CreateRequest:input_type -> gpuplane.v1.CreateRequestRequest
-	23, // 43: gpuplane.v1.RequestService.GetRequest:input_type -> gpuplane.v1.GetRequestRequest
-	24, // 44: gpuplane.v1.RequestService.ListRequests:input_type -> gpuplane.v1.ListRequestsRequest
-	26, // 45: gpuplane.v1.RequestService.CancelRequest:input_type -> gpuplane.v1.CancelRequestRequest
-	27, // 46: gpuplane.v1.RequestService.ApproveRequest:input_type -> gpuplane.v1.ApproveRequestRequest
-	28, // 47: gpuplane.v1.RequestService.RejectRequest:input_type -> gpuplane.v1.RejectRequestRequest
-	29, // 48: gpuplane.v1.RequestService.CheckFit:input_type -> gpuplane.v1.CheckFitRequest
-	31, // 49: gpuplane.v1.ApprovalPolicyService.GetApprovalPolicy:input_type -> gpuplane.v1.GetApprovalPolicyRequest
-	32, // 50: gpuplane.v1.ApprovalPolicyService.ListApprovalPolicies:input_type -> gpuplane.v1.ListApprovalPoliciesRequest
-	34, // 51: gpuplane.v1.ApprovalPolicyService.CreateApprovalPolicy:input_type -> gpuplane.v1.CreateApprovalPolicyRequest
-	35, // 52: gpuplane.v1.ApprovalPolicyService.UpdateApprovalPolicy:input_type -> gpuplane.v1.UpdateApprovalPolicyRequest
-	36, // 53: gpuplane.v1.ApprovalPolicyService.DeleteApprovalPolicy:input_type -> gpuplane.v1.DeleteApprovalPolicyRequest
-	4,  // 54: gpuplane.v1.VirtualClusterService.GetVirtualCluster:output_type -> gpuplane.v1.VirtualCluster
-	13, // 55: gpuplane.v1.VirtualClusterService.ListVirtualClusters:output_type -> gpuplane.v1.ListVirtualClustersResponse
-	10, // 56: gpuplane.v1.VirtualClusterService.GetVirtualClusterKubeconfig:output_type -> gpuplane.v1.VirtualClusterKubeconfig
-	14, // 57: gpuplane.v1.RequestService.CreateRequest:output_type -> gpuplane.v1.Request
-	14, // 58: gpuplane.v1.RequestService.GetRequest:output_type -> gpuplane.v1.Request
-	25, // 59: gpuplane.v1.RequestService.ListRequests:output_type -> gpuplane.v1.ListRequestsResponse
-	14, // 60: gpuplane.v1.RequestService.CancelRequest:output_type -> gpuplane.v1.Request
-	14, // 61: gpuplane.v1.RequestService.ApproveRequest:output_type -> gpuplane.v1.Request
-	14, // 62: gpuplane.v1.RequestService.RejectRequest:output_type -> gpuplane.v1.Request
-	20, // 63: gpuplane.v1.RequestService.CheckFit:output_type -> gpuplane.v1.FitResult
-	30, // 64: gpuplane.v1.ApprovalPolicyService.GetApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
-	33, // 65: gpuplane.v1.ApprovalPolicyService.ListApprovalPolicies:output_type -> gpuplane.v1.ListApprovalPoliciesResponse
-	30, // 66: gpuplane.v1.ApprovalPolicyService.CreateApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
-	30, // 67: gpuplane.v1.ApprovalPolicyService.UpdateApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
-	41, // 68: gpuplane.v1.ApprovalPolicyService.DeleteApprovalPolicy:output_type -> google.protobuf.Empty
-	54, // [54:69] is the sub-list for method output_type
-	39, // [39:54] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	17, // 16: gpuplane.v1.Request.create_virtual_cluster:type_name -> gpuplane.v1.CreateVirtualClusterPayload
+	18, // 17: gpuplane.v1.Request.change_virtual_cluster_quota:type_name -> gpuplane.v1.ChangeVirtualClusterQuotaPayload
+	22, // 18: gpuplane.v1.Request.change_team_quota:type_name -> gpuplane.v1.ChangeTeamQuotaPayload
+	23, // 19: gpuplane.v1.Request.delete_virtual_cluster:type_name -> gpuplane.v1.DeleteVirtualClusterPayload
+	19, // 20: gpuplane.v1.Request.change_virtual_cluster_version:type_name -> gpuplane.v1.ChangeVirtualClusterVersionPayload
+	20, // 21: gpuplane.v1.Request.sleep_virtual_cluster:type_name -> gpuplane.v1.SleepVirtualClusterPayload
+	21, // 22: gpuplane.v1.Request.wake_virtual_cluster:type_name -> gpuplane.v1.WakeVirtualClusterPayload
+	2,  // 23: gpuplane.v1.Request.state:type_name -> gpuplane.v1.Request.State
+	42, // 24: gpuplane.v1.Request.decide_time:type_name -> google.protobuf.Timestamp
+	42, // 25: gpuplane.v1.Request.create_time:type_name -> google.protobuf.Timestamp
+	42, // 26: gpuplane.v1.Request.update_time:type_name -> google.protobuf.Timestamp
+	5,  // 27: gpuplane.v1.CreateVirtualClusterPayload.spec:type_name -> gpuplane.v1.VirtualClusterSpec
+	43, // 28: gpuplane.v1.ChangeVirtualClusterQuotaPayload.quota:type_name -> gpuplane.v1.Quota
+	43, // 29: gpuplane.v1.ChangeVirtualClusterQuotaPayload.limit:type_name -> gpuplane.v1.Quota
+	43, // 30: gpuplane.v1.ChangeTeamQuotaPayload.quota:type_name -> gpuplane.v1.Quota
+	25, // 31: gpuplane.v1.FitResult.shortfalls:type_name -> gpuplane.v1.Shortfall
+	16, // 32: gpuplane.v1.CreateRequestRequest.request:type_name -> gpuplane.v1.Request
+	16, // 33: gpuplane.v1.ListRequestsResponse.requests:type_name -> gpuplane.v1.Request
+	16, // 34: gpuplane.v1.CheckFitRequest.request:type_name -> gpuplane.v1.Request
+	42, // 35: gpuplane.v1.ApprovalPolicy.create_time:type_name -> google.protobuf.Timestamp
+	42, // 36: gpuplane.v1.ApprovalPolicy.update_time:type_name -> google.protobuf.Timestamp
+	34, // 37: gpuplane.v1.ListApprovalPoliciesResponse.approval_policies:type_name -> gpuplane.v1.ApprovalPolicy
+	34, // 38: gpuplane.v1.CreateApprovalPolicyRequest.approval_policy:type_name -> gpuplane.v1.ApprovalPolicy
+	34, // 39: gpuplane.v1.UpdateApprovalPolicyRequest.approval_policy:type_name -> gpuplane.v1.ApprovalPolicy
+	44, // 40: gpuplane.v1.UpdateApprovalPolicyRequest.update_mask:type_name -> google.protobuf.FieldMask
+	13, // 41: gpuplane.v1.VirtualClusterService.GetVirtualCluster:input_type -> gpuplane.v1.GetVirtualClusterRequest
+	14, // 42: gpuplane.v1.VirtualClusterService.ListVirtualClusters:input_type -> gpuplane.v1.ListVirtualClustersRequest
+	11, // 43: gpuplane.v1.VirtualClusterService.GetVirtualClusterKubeconfig:input_type -> gpuplane.v1.GetVirtualClusterKubeconfigRequest
+	9,  // 44: gpuplane.v1.VirtualClusterService.SleepVirtualCluster:input_type -> gpuplane.v1.SleepVirtualClusterRequest
+	10, // 45: gpuplane.v1.VirtualClusterService.WakeVirtualCluster:input_type -> gpuplane.v1.WakeVirtualClusterRequest
+	26, // 46: gpuplane.v1.RequestService.CreateRequest:input_type -> gpuplane.v1.CreateRequestRequest
+	27, // 47: gpuplane.v1.RequestService.GetRequest:input_type -> gpuplane.v1.GetRequestRequest
+	28, // 48: gpuplane.v1.RequestService.ListRequests:input_type -> gpuplane.v1.ListRequestsRequest
+	30, // 49: gpuplane.v1.RequestService.CancelRequest:input_type -> gpuplane.v1.CancelRequestRequest
+	31, // 50: gpuplane.v1.RequestService.ApproveRequest:input_type -> gpuplane.v1.ApproveRequestRequest
+	32, // 51: gpuplane.v1.RequestService.RejectRequest:input_type -> gpuplane.v1.RejectRequestRequest
+	33, // 52: gpuplane.v1.RequestService.CheckFit:input_type -> gpuplane.v1.CheckFitRequest
+	35, // 53: gpuplane.v1.ApprovalPolicyService.GetApprovalPolicy:input_type -> gpuplane.v1.GetApprovalPolicyRequest
+	36, // 54: gpuplane.v1.ApprovalPolicyService.ListApprovalPolicies:input_type -> gpuplane.v1.ListApprovalPoliciesRequest
+	38, // 55: gpuplane.v1.ApprovalPolicyService.CreateApprovalPolicy:input_type -> gpuplane.v1.CreateApprovalPolicyRequest
+	39, // 56: gpuplane.v1.ApprovalPolicyService.UpdateApprovalPolicy:input_type -> gpuplane.v1.UpdateApprovalPolicyRequest
+	40, // 57: gpuplane.v1.ApprovalPolicyService.DeleteApprovalPolicy:input_type -> gpuplane.v1.DeleteApprovalPolicyRequest
+	4,  // 58: gpuplane.v1.VirtualClusterService.GetVirtualCluster:output_type -> gpuplane.v1.VirtualCluster
+	15, // 59: gpuplane.v1.VirtualClusterService.ListVirtualClusters:output_type -> gpuplane.v1.ListVirtualClustersResponse
+	12, // 60: gpuplane.v1.VirtualClusterService.GetVirtualClusterKubeconfig:output_type -> gpuplane.v1.VirtualClusterKubeconfig
+	4,  // 61: gpuplane.v1.VirtualClusterService.SleepVirtualCluster:output_type -> gpuplane.v1.VirtualCluster
+	4,  // 62: gpuplane.v1.VirtualClusterService.WakeVirtualCluster:output_type -> gpuplane.v1.VirtualCluster
+	16, // 63: gpuplane.v1.RequestService.CreateRequest:output_type -> gpuplane.v1.Request
+	16, // 64: gpuplane.v1.RequestService.GetRequest:output_type -> gpuplane.v1.Request
+	29, // 65: gpuplane.v1.RequestService.ListRequests:output_type -> gpuplane.v1.ListRequestsResponse
+	16, // 66: gpuplane.v1.RequestService.CancelRequest:output_type -> gpuplane.v1.Request
+	16, // 67: gpuplane.v1.RequestService.ApproveRequest:output_type -> gpuplane.v1.Request
+	16, // 68: gpuplane.v1.RequestService.RejectRequest:output_type -> gpuplane.v1.Request
+	24, // 69: gpuplane.v1.RequestService.CheckFit:output_type -> gpuplane.v1.FitResult
+	34, // 70: gpuplane.v1.ApprovalPolicyService.GetApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
+	37, // 71: gpuplane.v1.ApprovalPolicyService.ListApprovalPolicies:output_type -> gpuplane.v1.ListApprovalPoliciesResponse
+	34, // 72: gpuplane.v1.ApprovalPolicyService.CreateApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
+	34, // 73: gpuplane.v1.ApprovalPolicyService.UpdateApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
+	45, // 74: gpuplane.v1.ApprovalPolicyService.DeleteApprovalPolicy:output_type -> google.protobuf.Empty
+	58, // [58:75] is the sub-list for method output_type
+	41, // [41:58] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_gpuplane_v1_workflow_proto_init() }
@@ -3003,12 +3289,14 @@ func file_gpuplane_v1_workflow_proto_init() {
 		return
 	}
 	file_gpuplane_v1_common_proto_init()
-	file_gpuplane_v1_workflow_proto_msgTypes[10].OneofWrappers = []any{
+	file_gpuplane_v1_workflow_proto_msgTypes[12].OneofWrappers = []any{
 		(*Request_CreateVirtualCluster)(nil),
 		(*Request_ChangeVirtualClusterQuota)(nil),
 		(*Request_ChangeTeamQuota)(nil),
 		(*Request_DeleteVirtualCluster)(nil),
 		(*Request_ChangeVirtualClusterVersion)(nil),
+		(*Request_SleepVirtualCluster)(nil),
+		(*Request_WakeVirtualCluster)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3016,7 +3304,7 @@ func file_gpuplane_v1_workflow_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpuplane_v1_workflow_proto_rawDesc), len(file_gpuplane_v1_workflow_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   34,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

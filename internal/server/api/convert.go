@@ -98,7 +98,7 @@ func specToProto(s virtualcluster.Spec) *pb.VirtualClusterSpec {
 		DisplayName: s.DisplayName, Quota: quotaToProto(s.Quota), Limit: quotaPtrToProto(s.Limit),
 		OverQuotaWeight: s.OverQuotaWeight, Priority: s.Priority, AllowFractionalGpus: s.AllowFractionalGPUs,
 		KubernetesVersion: s.KubernetesVersion, ChartVersion: s.ChartVersion, ExpireTime: tsPtr(s.ExpireTime),
-		Placement: placementToProto(s.Placement),
+		Placement: placementToProto(s.Placement), Sleep: s.Sleep,
 	}
 }
 

@@ -397,6 +397,55 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/teams/{name}/virtualClusters/{name_1}:sleep": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Puts the virtual cluster to sleep now (team owners, department and
+         *     platform admins; others ask with a SLEEP_VIRTUAL_CLUSTER request):
+         *     spec.sleep is set, the generation bumped, and the worker scales the
+         *     control plane to zero, removes the syncer's workload pods on the host
+         *     and sets the leaf queue's limit to 0. Audited. Sleeping again is a
+         *     no-op; a virtual cluster being created, deleted or failed cannot sleep
+         *     (FAILED_PRECONDITION).
+         */
+        post: operations["VirtualClusterService_SleepVirtualCluster"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/teams/{name}/virtualClusters/{name_1}:wake": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Wakes a sleeping virtual cluster (same callers as :sleep): the phase
+         *     moves SLEEPING -> PROVISIONING -> READY as the worker restores the
+         *     control plane and the leaf queue. When its department does not keep
+         *     sleeping virtual clusters' quota reserved, the quota must fit again
+         *     (FAILED_PRECONDITION naming the shortfall otherwise). Waking an awake
+         *     one is a no-op.
+         */
+        post: operations["VirtualClusterService_WakeVirtualCluster"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/teams/{parent}/members": {
         parameters: {
             query?: never;
@@ -844,11 +893,13 @@ export interface components {
             name?: string;
             /** @description Subject of the requester. */
             requester?: string;
+            sleepVirtualCluster?: components["schemas"]["gpuplane.v1.SleepVirtualClusterPayload"];
             state?: components["schemas"]["gpuplane.v1.Request.State"];
             /** @description teams/{team} the request is for. */
             team?: string;
             /** Format: date-time */
             updateTime?: string;
+            wakeVirtualCluster?: components["schemas"]["gpuplane.v1.WakeVirtualClusterPayload"];
         } & (Record<string, never> | {
             createVirtualCluster: components["schemas"]["gpuplane.v1.CreateVirtualClusterPayload"];
         } | {
@@ -859,9 +910,13 @@ export interface components {
             deleteVirtualCluster: components["schemas"]["gpuplane.v1.DeleteVirtualClusterPayload"];
         } | {
             changeVirtualClusterVersion: components["schemas"]["gpuplane.v1.ChangeVirtualClusterVersionPayload"];
+        } | {
+            sleepVirtualCluster: components["schemas"]["gpuplane.v1.SleepVirtualClusterPayload"];
+        } | {
+            wakeVirtualCluster: components["schemas"]["gpuplane.v1.WakeVirtualClusterPayload"];
         });
         /** @enum {string} */
-        "gpuplane.v1.Request.Kind": "KIND_UNSPECIFIED" | "CREATE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_QUOTA" | "CHANGE_TEAM_QUOTA" | "DELETE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_VERSION";
+        "gpuplane.v1.Request.Kind": "KIND_UNSPECIFIED" | "CREATE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_QUOTA" | "CHANGE_TEAM_QUOTA" | "DELETE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_VERSION" | "SLEEP_VIRTUAL_CLUSTER" | "WAKE_VIRTUAL_CLUSTER";
         /** @enum {string} */
         "gpuplane.v1.Request.State": "STATE_UNSPECIFIED" | "PENDING" | "APPROVED" | "REJECTED" | "CANCELLED" | "APPLIED" | "FAILED";
         /** @description SecretReference names a key of a Secret in gpuplane's own namespace. */
@@ -885,6 +940,11 @@ export interface components {
             requested?: string;
             /** @description "gpu", "cpu" or "memory". */
             resource?: string;
+        };
+        /** @description Approved, it puts the virtual cluster to sleep like :sleep does. */
+        "gpuplane.v1.SleepVirtualClusterPayload": {
+            /** @description teams/{team}/virtualClusters/{vc} */
+            virtualCluster?: string;
         };
         /**
          * @description Team belongs to one department; it becomes a KAI parent queue whose
@@ -1013,6 +1073,15 @@ export interface components {
             priority?: number;
             /** @description Guaranteed resources (KAI queue quota). */
             quota?: components["schemas"]["gpuplane.v1.Quota"];
+            /**
+             * @description Whether it should be asleep: set by :sleep (or an approved
+             *     SLEEP_VIRTUAL_CLUSTER request, or auto-sleep), cleared by :wake.
+             *     Asleep, its control plane is scaled to zero, the workload pods its
+             *     syncer created on the host are removed and its leaf queue admits
+             *     nothing (KAI limit 0); phase SLEEPING once the host shows it. Ignored
+             *     on create.
+             */
+            sleep?: boolean;
         };
         "gpuplane.v1.VirtualClusterStatus": {
             /** @description Resources KAI reports as allocated to the leaf queue. */
@@ -1035,7 +1104,12 @@ export interface components {
             phase?: components["schemas"]["gpuplane.v1.VirtualClusterStatus.Phase"];
         };
         /** @enum {string} */
-        "gpuplane.v1.VirtualClusterStatus.Phase": "PHASE_UNSPECIFIED" | "PENDING_APPROVAL" | "PROVISIONING" | "READY" | "DEGRADED" | "DELETING" | "DELETED" | "FAILED" | "REJECTED";
+        "gpuplane.v1.VirtualClusterStatus.Phase": "PHASE_UNSPECIFIED" | "PENDING_APPROVAL" | "PROVISIONING" | "READY" | "DEGRADED" | "DELETING" | "DELETED" | "FAILED" | "REJECTED" | "SLEEPING";
+        /** @description Approved, it wakes the virtual cluster like :wake does. */
+        "gpuplane.v1.WakeVirtualClusterPayload": {
+            /** @description teams/{team}/virtualClusters/{vc} */
+            virtualCluster?: string;
+        };
     };
     responses: never;
     parameters: never;
@@ -2287,6 +2361,94 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["gpuplane.v1.VirtualClusterKubeconfig"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    VirtualClusterService_SleepVirtualCluster: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description teams/{team}/virtualClusters/{virtual_cluster} */
+                name: string;
+                /** @description teams/{team}/virtualClusters/{virtual_cluster} */
+                name_1: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description When set, must match (ABORTED otherwise). */
+                    etag?: string;
+                };
+            };
+        };
+        responses: {
+            /**
+             * @description VirtualCluster is a team's vCluster on the shared host cluster and its
+             *     KAI leaf queue. It is created, resized and deleted through Requests.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["gpuplane.v1.VirtualCluster"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    VirtualClusterService_WakeVirtualCluster: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description teams/{team}/virtualClusters/{virtual_cluster} */
+                name: string;
+                /** @description teams/{team}/virtualClusters/{virtual_cluster} */
+                name_1: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description When set, must match (ABORTED otherwise). */
+                    etag?: string;
+                };
+            };
+        };
+        responses: {
+            /**
+             * @description VirtualCluster is a team's vCluster on the shared host cluster and its
+             *     KAI leaf queue. It is created, resized and deleted through Requests.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["gpuplane.v1.VirtualCluster"];
                 };
             };
             /** @description An unexpected error response. */

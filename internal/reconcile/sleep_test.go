@@ -1,0 +1,147 @@
+package reconcile_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
+	"github.com/gpuplane/gpuplane/internal/hostcluster"
+	"github.com/gpuplane/gpuplane/internal/reconcile"
+)
+
+// syncedPod creates a pod in the virtual cluster's host namespace the way
+// its syncer would (label vcluster.loft.sh/managed-by=<release>, KAI's
+// scheduler, its leaf queue); the guardrails admit it.
+func (h *harness) syncedPod(t *testing.T, id, name string) *corev1.Pod {
+	t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			"vcluster.loft.sh/managed-by": hostcluster.ReleaseName(id), hostcluster.KAIQueueLabel: hostcluster.LeafQueueName(id)}},
+		Spec: corev1.PodSpec{SchedulerName: hostcluster.KAISchedulerName, Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
+	}
+	out, err := h.kube.CoreV1().Pods(hostcluster.NamespaceName(id)).Create(h.ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("synced pod %s: %v", name, err)
+	}
+	return out
+}
+
+func (h *harness) controlPlaneReplicas(t *testing.T, id string) int32 {
+	t.Helper()
+	sts, err := h.kube.AppsV1().StatefulSets(hostcluster.NamespaceName(id)).Get(h.ctx, hostcluster.ReleaseName(id), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("control plane of %s: %v", id, err)
+	}
+	if sts.Spec.Replicas == nil {
+		return 1
+	}
+	return *sts.Spec.Replicas
+}
+
+func leafLimits(t *testing.T, h *harness, id string) [3]float64 {
+	q := h.queue(t, hostcluster.LeafQueueName(id))
+	var out [3]float64
+	for i, r := range []string{"gpu", "cpu", "memory"} {
+		out[i] = number(t, q, "spec", "resources", r, "limit")
+	}
+	return out
+}
+
+// Sleep and wake on the real API server: :sleep scales the control plane
+// to zero (through the chart), removes the syncer's workload pods and
+// sets the leaf queue's limit to 0, phase SLEEPING; :wake restores all of
+// it, SLEEPING -> PROVISIONING -> READY. Only owners and admins may; every
+// change is audited.
+func TestSleepAndWake(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	w := h.worker(nil, workerConfig("sleep"))
+	h.start(t, w)
+	h.simulate(t)
+	const id = "nap"
+	h.createVC(t, "team-a", id, vcSpec("1", 4000, 16*gi))
+	h.waitVC(t, id, 90*time.Second, "READY", readyAt)
+	if got := leafLimits(t, h, id); got != [3]float64{-1, -1, -1} {
+		t.Fatalf("awake leaf queue limits %v, want no limit", got)
+	}
+	h.syncedPod(t, id, "train-0")
+	h.syncedPod(t, id, "train-1")
+	name := "teams/team-a/virtualClusters/" + id
+
+	// A member may not; NOT_FOUND for a stranger's team.
+	_, err := h.env.VirtualCluster.SleepVirtualCluster(h.env.As(t, "carol"), &pb.SleepVirtualClusterRequest{Name: name})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("sleep as a team member: %v, want PermissionDenied", err)
+	}
+	_, err = h.env.VirtualCluster.SleepVirtualCluster(h.env.As(t, "dan"), &pb.SleepVirtualClusterRequest{Name: name})
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("sleep as another team's owner: %v, want NotFound", err)
+	}
+	// A stale etag is refused.
+	_, err = h.env.VirtualCluster.SleepVirtualCluster(h.env.As(t, "bob"), &pb.SleepVirtualClusterRequest{Name: name, Etag: "stale"})
+	if status.Code(err) != codes.Aborted {
+		t.Fatalf("sleep with a stale etag: %v, want Aborted", err)
+	}
+
+	slept, err := h.env.VirtualCluster.SleepVirtualCluster(h.env.As(t, "bob"), &pb.SleepVirtualClusterRequest{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slept.GetSpec().GetSleep() {
+		t.Fatalf("after :sleep spec.sleep is false: %v", slept)
+	}
+	v := h.waitVC(t, id, 60*time.Second, "SLEEPING", inPhase(pb.VirtualClusterStatus_SLEEPING))
+	if v.GetStatus().GetObservedGeneration() != v.GetGeneration() || !condTrue(v, reconcile.CondAsleep) {
+		t.Errorf("asleep: %s", describe(v))
+	}
+	if n := h.controlPlaneReplicas(t, id); n != 0 {
+		t.Errorf("control plane replicas while asleep: %d, want 0", n)
+	}
+	pods, err := h.kube.CoreV1().Pods(hostcluster.NamespaceName(id)).List(h.ctx, metav1.ListOptions{LabelSelector: "vcluster.loft.sh/managed-by"})
+	if err != nil || len(pods.Items) != 0 {
+		t.Errorf("workload pods left while asleep: %d (%v)", len(pods.Items), err)
+	}
+	if got := leafLimits(t, h, id); got != [3]float64{0, 0, 0} {
+		t.Errorf("sleeping leaf queue limits %v, want 0 (admit nothing)", got)
+	}
+	// Sleeping again changes nothing.
+	again, err := h.env.VirtualCluster.SleepVirtualCluster(h.env.As(t, "bob"), &pb.SleepVirtualClusterRequest{Name: name})
+	if err != nil || again.GetGeneration() != v.GetGeneration() {
+		t.Errorf("second :sleep: generation %d -> %d (%v)", v.GetGeneration(), again.GetGeneration(), err)
+	}
+	// Wake (a department admin): PROVISIONING at once, then READY.
+	woken, err := h.env.VirtualCluster.WakeVirtualCluster(h.env.As(t, "alice"), &pb.WakeVirtualClusterRequest{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if woken.GetSpec().GetSleep() || woken.GetStatus().GetPhase() != pb.VirtualClusterStatus_PROVISIONING {
+		t.Fatalf("after :wake: sleep %v, phase %s, want false, PROVISIONING", woken.GetSpec().GetSleep(), woken.GetStatus().GetPhase())
+	}
+	h.waitVC(t, id, 60*time.Second, "READY again", readyAt)
+	if n := h.controlPlaneReplicas(t, id); n != 1 {
+		t.Errorf("control plane replicas after wake: %d, want 1", n)
+	}
+	if got := leafLimits(t, h, id); got != [3]float64{-1, -1, -1} {
+		t.Errorf("woken leaf queue limits %v, want no limit", got)
+	}
+	if q := number(t, h.queue(t, hostcluster.LeafQueueName(id)), "spec", "resources", "gpu", "quota"); q != 1 {
+		t.Errorf("woken leaf queue GPU quota %v, want 1", q)
+	}
+
+	// Audited: who put it to sleep and who woke it, and the phases.
+	for _, action := range []string{"SleepVirtualCluster", "WakeVirtualCluster", "VirtualClusterPhaseSleeping"} {
+		evs := h.auditEvents(t, name, action)
+		if len(evs) != 1 {
+			t.Errorf("audit %s: %d events, want 1", action, len(evs))
+			continue
+		}
+		if action == "SleepVirtualCluster" && !strings.Contains(evs[0].GetActor(), "bob") {
+			t.Errorf("SleepVirtualCluster by %q, want bob", evs[0].GetActor())
+		}
+	}
+}

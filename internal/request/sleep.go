@@ -1,0 +1,84 @@
+package request
+
+import (
+	"context"
+
+	"github.com/gpuplane/gpuplane/internal/audit"
+	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/reqctx"
+	"github.com/gpuplane/gpuplane/internal/store"
+	"github.com/gpuplane/gpuplane/internal/tenancy"
+	"github.com/gpuplane/gpuplane/internal/virtualcluster"
+	"github.com/gpuplane/gpuplane/internal/workqueue"
+)
+
+// canSleep are the phases a virtual cluster may be put to sleep in: it is
+// placed and being converged. One being created, deleted or failed cannot.
+func canSleep(p virtualcluster.Phase) bool {
+	return p == virtualcluster.PhaseReady || p == virtualcluster.PhaseDegraded ||
+		p == virtualcluster.PhaseProvisioning || p == virtualcluster.PhaseSleeping
+}
+
+// SetSleep puts the virtual cluster to sleep (sleep true) or wakes it,
+// in its own transaction: the :sleep and :wake methods (the caller's
+// right to do so is checked by the handler) and auto-sleep. etag, when
+// set, must match. Putting a sleeping one to sleep, or waking an awake
+// one, changes nothing and records nothing.
+func (s *Service) SetSleep(ctx context.Context, actor reqctx.Principal, vcID, etag string, sleep bool) (virtualcluster.VirtualCluster, error) {
+	var out virtualcluster.VirtualCluster
+	err := s.db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+		vc, err := virtualcluster.Get(ctx, tx, vcID, false)
+		if err != nil {
+			return err
+		}
+		team, err := tenancy.GetTeam(ctx, tx, vc.Team, false)
+		if err != nil {
+			return err
+		}
+		// The department lock orders this with approvals and fit checks
+		// (a wake may have to fit again).
+		if _, err := tenancy.LockDepartment(ctx, tx, team.Department); err != nil {
+			return err
+		}
+		if vc, err = virtualcluster.Get(ctx, tx, vcID, true); err != nil {
+			return err
+		}
+		if etag != "" && etag != vc.Etag() {
+			return errs.EtagMismatch(vc.Name())
+		}
+		out, err = s.setSleep(ctx, tx, actor, team, vc, sleep)
+		return err
+	})
+	return out, err
+}
+
+// setSleep changes a locked virtual cluster's desired sleep state, bumps
+// its generation, queues it for the worker and audits the change.
+func (s *Service) setSleep(ctx context.Context, tx *store.Tx, actor reqctx.Principal, team tenancy.Team, vc virtualcluster.VirtualCluster, sleep bool) (virtualcluster.VirtualCluster, error) {
+	if vc.Spec.Sleep == sleep {
+		return vc, nil
+	}
+	action, phase := "SleepVirtualCluster", vc.Phase
+	if sleep {
+		if !canSleep(vc.Phase) {
+			return vc, errs.FailedPrecondition(errs.ReasonInvalidTransition,
+				"virtual cluster %s is %s; only a PROVISIONING, READY or DEGRADED virtual cluster can be put to sleep", vc.Name(), vc.Phase)
+		}
+	} else {
+		action = "WakeVirtualCluster"
+		if vc.Phase.CanMoveTo(virtualcluster.PhaseProvisioning) {
+			phase = virtualcluster.PhaseProvisioning
+		}
+	}
+	after, err := virtualcluster.SetSleep(ctx, tx, vc.ID, sleep, phase)
+	if err != nil {
+		return vc, err
+	}
+	if err := workqueue.Enqueue(ctx, tx, vc.ID); err != nil {
+		return vc, err
+	}
+	return after, audit.Record(ctx, tx, audit.Event{
+		Actor: actor, Action: action, Resource: vc.Name(),
+		Department: team.Department, Team: vc.Team, Before: vc.Snapshot(), After: after.Snapshot(),
+	})
+}
