@@ -11,6 +11,8 @@ const (
 	// KindChangeVirtualClusterVersion moves a virtual cluster to a newer
 	// vCluster chart or Kubernetes version; no quantities change.
 	KindChangeVirtualClusterVersion = "CHANGE_VIRTUAL_CLUSTER_VERSION"
+	KindSleepVirtualCluster         = "SLEEP_VIRTUAL_CLUSTER"
+	KindWakeVirtualCluster          = "WAKE_VIRTUAL_CLUSTER"
 )
 
 // Isolation tiers as policies see them in team.isolation_tier.
@@ -24,7 +26,7 @@ const (
 // checker cannot see that typo and the policy would silently never approve.
 var (
 	knownKinds = []string{KindCreateVirtualCluster, KindChangeVirtualClusterQuota, KindChangeTeamQuota, KindDeleteVirtualCluster,
-		KindChangeVirtualClusterVersion}
+		KindChangeVirtualClusterVersion, KindSleepVirtualCluster, KindWakeVirtualCluster}
 	knownTiers = []string{TierShared, TierDedicated}
 )
 

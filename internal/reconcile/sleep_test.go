@@ -133,15 +133,50 @@ func TestSleepAndWake(t *testing.T) {
 		t.Errorf("woken leaf queue GPU quota %v, want 1", q)
 	}
 
+	// As requests under approval policies: an approved SLEEP request puts
+	// it to sleep and is APPLIED once the host shows it; a policy
+	// auto-approves WAKE requests.
+	sleepReq := h.submit(t, "team-a", &pb.Request{Payload: &pb.Request_SleepVirtualCluster{
+		SleepVirtualCluster: &pb.SleepVirtualClusterPayload{VirtualCluster: name}}})
+	h.waitVC(t, id, 60*time.Second, "SLEEPING by request", inPhase(pb.VirtualClusterStatus_SLEEPING))
+	waitRequest(t, h, sleepReq.GetName(), pb.Request_APPLIED)
+	if _, err := h.env.Policies.CreateApprovalPolicy(h.env.As(t, "alice"), &pb.CreateApprovalPolicyRequest{
+		ApprovalPolicyId: "wake-freely", ApprovalPolicy: &pb.ApprovalPolicy{Expression: `request.kind == "WAKE_VIRTUAL_CLUSTER"`}}); err != nil {
+		t.Fatal(err)
+	}
+	wakeReq, err := h.env.Requests.CreateRequest(h.env.As(t, "bob"), &pb.CreateRequestRequest{Request: &pb.Request{
+		Team: "teams/team-a", Justification: "morning", Payload: &pb.Request_WakeVirtualCluster{
+			WakeVirtualCluster: &pb.WakeVirtualClusterPayload{VirtualCluster: name}}}})
+	if err != nil || wakeReq.GetState() != pb.Request_APPROVED || wakeReq.GetKind() != pb.Request_WAKE_VIRTUAL_CLUSTER {
+		t.Fatalf("wake request under a policy: %v (%v)", wakeReq, err)
+	}
+	h.waitVC(t, id, 60*time.Second, "READY after the wake request", readyAt)
+	waitRequest(t, h, wakeReq.GetName(), pb.Request_APPLIED)
+
 	// Audited: who put it to sleep and who woke it, and the phases.
 	for _, action := range []string{"SleepVirtualCluster", "WakeVirtualCluster", "VirtualClusterPhaseSleeping"} {
 		evs := h.auditEvents(t, name, action)
-		if len(evs) != 1 {
-			t.Errorf("audit %s: %d events, want 1", action, len(evs))
+		if len(evs) != 2 {
+			t.Errorf("audit %s: %d events, want 2 (method and request)", action, len(evs))
 			continue
 		}
-		if action == "SleepVirtualCluster" && !strings.Contains(evs[0].GetActor(), "bob") {
-			t.Errorf("SleepVirtualCluster by %q, want bob", evs[0].GetActor())
+		if action == "SleepVirtualCluster" && !strings.Contains(evs[len(evs)-1].GetActor(), "bob") {
+			t.Errorf("first SleepVirtualCluster by %q, want bob", evs[len(evs)-1].GetActor())
 		}
+	}
+}
+
+func waitRequest(t *testing.T, h *harness, name string, want pb.Request_State) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := h.request(t, name)
+		if r.GetState() == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("request %s is %s, want %s (%s)", name, r.GetState(), want, r.GetFailureMessage())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -194,6 +194,19 @@ func (s *Service) approve(ctx context.Context, tx *store.Tx, r *Request, actor r
 	case KindChangeTeamQuota:
 		err = tenancy.SetTeamQuota(ctx, tx, actor, team, want)
 		applied = true
+	case KindSleepVirtualCluster, KindWakeVirtualCluster:
+		var vc, after virtualcluster.VirtualCluster
+		if vc, err = virtualcluster.Get(ctx, tx, r.vcID(), true); err != nil {
+			return err
+		}
+		if after, err = s.setSleep(ctx, tx, actor, team, vc, r.Kind == KindSleepVirtualCluster); err != nil {
+			return err
+		}
+		// Already asleep (or awake): nothing for the worker to do.
+		applied = after.Generation == vc.Generation
+		if !applied {
+			target = &after.Generation
+		}
 	}
 	if err != nil {
 		return err
@@ -325,7 +338,7 @@ func (s *Service) policyInput(ctx context.Context, q store.Querier, r Request, t
 	in.Department = policy.Department{Name: team.Department, GPUBudget: budget.GPU.KAI()}
 	var current quota.Resources
 	switch r.Kind {
-	case KindChangeVirtualClusterQuota, KindDeleteVirtualCluster, KindChangeVirtualClusterVersion:
+	case KindChangeVirtualClusterQuota, KindDeleteVirtualCluster, KindChangeVirtualClusterVersion, KindSleepVirtualCluster, KindWakeVirtualCluster:
 		vc, err := virtualcluster.Get(ctx, q, r.vcID(), false)
 		if err != nil {
 			return in, err
@@ -339,7 +352,7 @@ func (s *Service) policyInput(ctx context.Context, q store.Querier, r Request, t
 		in.Request.Expires = r.Payload.Create.Spec.ExpireTime != nil
 	}
 	want, _, _ := r.Payload.wanted()
-	if r.Kind == KindChangeVirtualClusterVersion {
+	if r.Kind == KindChangeVirtualClusterVersion || r.Kind == KindSleepVirtualCluster || r.Kind == KindWakeVirtualCluster {
 		want = current // no quantities change
 	}
 	in.Request.SetQuantities(want, current)

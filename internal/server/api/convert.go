@@ -206,6 +206,10 @@ func payloadToProto(p request.Payload, out *pb.Request) {
 		c := p.ChangeVersion
 		out.Payload = &pb.Request_ChangeVirtualClusterVersion{ChangeVirtualClusterVersion: &pb.ChangeVirtualClusterVersionPayload{
 			VirtualCluster: c.VirtualCluster, ChartVersion: c.ChartVersion, KubernetesVersion: c.KubernetesVersion}}
+	case p.Sleep != nil && p.Sleep.Wake:
+		out.Payload = &pb.Request_WakeVirtualCluster{WakeVirtualCluster: &pb.WakeVirtualClusterPayload{VirtualCluster: p.Sleep.VirtualCluster}}
+	case p.Sleep != nil:
+		out.Payload = &pb.Request_SleepVirtualCluster{SleepVirtualCluster: &pb.SleepVirtualClusterPayload{VirtualCluster: p.Sleep.VirtualCluster}}
 	}
 }
 

@@ -211,8 +211,22 @@ func (s *Requests) payload(ctx context.Context, team tenancy.Team, r *pb.Request
 			return p, vcID, err
 		}
 		p.ChangeVersion = s.requests.ResolveUpgrade(&v, f, vc, c.GetVirtualCluster(), c.GetChartVersion(), c.GetKubernetesVersion())
+	case *pb.Request_SleepVirtualCluster, *pb.Request_WakeVirtualCluster:
+		f, target, wake := "request.sleep_virtual_cluster.virtual_cluster", r.GetSleepVirtualCluster().GetVirtualCluster(), false
+		if pl, ok := pl.(*pb.Request_WakeVirtualCluster); ok {
+			f, target, wake = "request.wake_virtual_cluster.virtual_cluster", pl.WakeVirtualCluster.GetVirtualCluster(), true
+		}
+		id, err := teamVC(f, target)
+		if err != nil {
+			return p, "", err
+		}
+		vcID = id
+		if _, err := liveVC(target, "; only a provisioned virtual cluster can sleep or wake"); err != nil {
+			return p, vcID, err
+		}
+		p.Sleep = &request.SleepPayload{VirtualCluster: target, Wake: wake}
 	default:
-		v.Add("request.payload", "set one of create_virtual_cluster, change_virtual_cluster_quota, change_team_quota, delete_virtual_cluster, change_virtual_cluster_version")
+		v.Add("request.payload", "set one of create_virtual_cluster, change_virtual_cluster_quota, change_team_quota, delete_virtual_cluster, change_virtual_cluster_version, sleep_virtual_cluster, wake_virtual_cluster")
 	}
 	return p, vcID, v.Err()
 }
