@@ -1,3 +1,5 @@
+ALTER TABLE virtual_clusters DROP COLUMN IF EXISTS active_time;
+ALTER TABLE teams DROP COLUMN IF EXISTS auto_sleep_after_seconds;
 DELETE FROM requests WHERE kind IN ('SLEEP_VIRTUAL_CLUSTER', 'WAKE_VIRTUAL_CLUSTER');
 ALTER TABLE requests DROP CONSTRAINT requests_kind_check;
 ALTER TABLE requests ADD CONSTRAINT requests_kind_check CHECK (kind IN ('CREATE_VIRTUAL_CLUSTER',

@@ -60,3 +60,10 @@ ALTER TABLE requests DROP CONSTRAINT requests_kind_check;
 ALTER TABLE requests ADD CONSTRAINT requests_kind_check CHECK (kind IN ('CREATE_VIRTUAL_CLUSTER',
   'CHANGE_VIRTUAL_CLUSTER_QUOTA', 'CHANGE_TEAM_QUOTA', 'DELETE_VIRTUAL_CLUSTER', 'CHANGE_VIRTUAL_CLUSTER_VERSION',
   'SLEEP_VIRTUAL_CLUSTER', 'WAKE_VIRTUAL_CLUSTER'));
+
+-- Auto-sleep (issue 14): a team's virtual clusters idle this long go to
+-- sleep (0: never). active_time is the last sign of use: GPUs allocated in
+-- its leaf queue, a kubeconfig handed out, a wake or a change.
+ALTER TABLE teams ADD COLUMN auto_sleep_after_seconds bigint NOT NULL DEFAULT 0
+  CHECK (auto_sleep_after_seconds = 0 OR auto_sleep_after_seconds BETWEEN 600 AND 2592000);
+ALTER TABLE virtual_clusters ADD COLUMN active_time timestamptz NOT NULL DEFAULT now();

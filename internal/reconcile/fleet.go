@@ -286,6 +286,9 @@ func (w *Worker) observeLoop(ctx context.Context) {
 		if err := w.ObserveHostClusters(ctx); err != nil && ctx.Err() == nil {
 			w.Log.Warn("observing host clusters failed", "error", err)
 		}
+		if _, err := w.AutoSleepIdle(ctx); err != nil && ctx.Err() == nil {
+			w.Log.Warn("auto-sleep failed", "error", err)
+		}
 		select {
 		case <-ctx.Done():
 			return

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
+	"github.com/gpuplane/gpuplane/internal/request"
 	vcs "github.com/gpuplane/gpuplane/internal/virtualcluster"
 )
 
@@ -72,4 +73,30 @@ func (w *Worker) recordSleep(ctx context.Context, c claim, d desiredState, obs h
 	}
 	markRequeued(ctx)
 	return w.later(ctx, c, w.cfg.Poll, nil)
+}
+
+// AutoSleepIdle puts every virtual cluster that is idle now (by the
+// worker's clock) to sleep, for teams with auto-sleep on: no GPU
+// allocated in its leaf queue (as last observed) and no activity for the
+// team's auto_sleep_after. It returns how many it put to sleep. Several
+// workers may run it at once: each virtual cluster is re-checked under
+// its department's lock, and sleeping one twice changes nothing.
+func (w *Worker) AutoSleepIdle(ctx context.Context) (int, error) {
+	now := w.cfg.Now()
+	ids, err := vcs.IdleForAutoSleep(ctx, w.DB, now, 100)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range ids {
+		slept, err := request.AutoSleep(ctx, w.DB, id, now)
+		if err != nil {
+			return n, fmt.Errorf("auto-sleep %s: %w", id, err)
+		}
+		if slept {
+			n++
+			w.Log.Info("idle virtual cluster put to sleep", "virtual_cluster", id)
+		}
+	}
+	return n, nil
 }

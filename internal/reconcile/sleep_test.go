@@ -2,17 +2,21 @@ package reconcile_test
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/reconcile"
+	"github.com/gpuplane/gpuplane/internal/workqueue"
 )
 
 // syncedPod creates a pod in the virtual cluster's host namespace the way
@@ -178,5 +182,75 @@ func waitRequest(t *testing.T, h *harness, name string, want pb.Request_State) {
 			t.Fatalf("request %s is %s, want %s (%s)", name, r.GetState(), want, r.GetFailureMessage())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Auto-sleep after a simulated idle period: team-a sleeps virtual clusters
+// idle for an hour. With the worker's clock two hours ahead, the one with
+// no GPU allocated goes to sleep (audited as system:auto-sleep); the one
+// KAI reports a GPU allocated for stays awake.
+func TestAutoSleepAfterIdle(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	h.simulate(t)
+	team, err := h.env.Teams.GetTeam(h.env.As(t, "alice"), &pb.GetTeamRequest{Name: "teams/team-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Out of range is refused with the field named.
+	_, err = h.env.Teams.UpdateTeam(h.env.As(t, "alice"), &pb.UpdateTeamRequest{
+		Team:       &pb.Team{Name: team.GetName(), AutoSleepAfter: durationpb.New(time.Minute)},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"auto_sleep_after"}}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "auto_sleep_after") {
+		t.Fatalf("auto_sleep_after 1m: %v, want InvalidArgument naming the field", err)
+	}
+	team, err = h.env.Teams.UpdateTeam(h.env.As(t, "alice"), &pb.UpdateTeamRequest{
+		Team:       &pb.Team{Name: team.GetName(), AutoSleepAfter: durationpb.New(time.Hour)},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"auto_sleep_after"}}})
+	if err != nil || team.GetAutoSleepAfter().AsDuration() != time.Hour {
+		t.Fatalf("auto_sleep_after 1h: %v (%v)", team, err)
+	}
+
+	var mu sync.Mutex
+	clock := time.Now()
+	cfg := workerConfig("idle")
+	cfg.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	w := h.worker(nil, cfg)
+	stop := h.start(t, w)
+	h.createVC(t, "team-a", "idle", vcSpec("1", 4000, 16*gi))
+	h.createVC(t, "team-a", "busy", vcSpec("1", 4000, 16*gi))
+	h.waitVC(t, "idle", 90*time.Second, "READY", readyAt)
+	h.waitVC(t, "busy", 90*time.Second, "READY", readyAt)
+	stop()
+	// KAI reports a GPU allocated to busy; the worker records it.
+	h.kaiStatus(t, hostcluster.LeafQueueName("busy"), map[string]any{"allocated": map[string]any{"nvidia.com/gpu": "1"}})
+	if _, err := workqueue.Resync(h.ctx, h.pool); err != nil {
+		t.Fatal(err)
+	}
+	h.runOnce(t, w)
+
+	// Not idle long enough yet: nothing sleeps.
+	if n, err := w.AutoSleepIdle(h.ctx); err != nil || n != 0 {
+		t.Fatalf("auto-sleep before the idle time: %d (%v)", n, err)
+	}
+	mu.Lock()
+	clock = clock.Add(2 * time.Hour)
+	mu.Unlock()
+	if n, err := w.AutoSleepIdle(h.ctx); err != nil || n != 1 {
+		t.Fatalf("auto-sleep after two idle hours: %d put to sleep (%v), want 1", n, err)
+	}
+	h.start(t, w)
+	h.waitVC(t, "idle", 60*time.Second, "SLEEPING", inPhase(pb.VirtualClusterStatus_SLEEPING))
+	if v := h.vc(t, "busy"); v.GetSpec().GetSleep() || v.GetStatus().GetPhase() != pb.VirtualClusterStatus_READY {
+		t.Errorf("busy (a GPU allocated) after the idle period: %s", describe(v))
+	}
+	evs := h.auditEvents(t, "teams/team-a/virtualClusters/idle", "SleepVirtualCluster")
+	if len(evs) != 1 || !strings.Contains(evs[0].GetActor(), "auto-sleep") {
+		t.Errorf("auto-sleep audit: %v", evs)
+	}
+	// A kubeconfig for a sleeping virtual cluster says how to wake it.
+	_, err = h.env.VirtualCluster.GetVirtualClusterKubeconfig(h.env.As(t, "bob"), &pb.GetVirtualClusterKubeconfigRequest{
+		Name: "teams/team-a/virtualClusters/idle"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), ":wake") {
+		t.Errorf("kubeconfig of a sleeping virtual cluster: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package request
 
 import (
 	"context"
+	"time"
 
 	"github.com/gpuplane/gpuplane/internal/audit"
 	"github.com/gpuplane/gpuplane/internal/errs"
@@ -25,8 +26,27 @@ func canSleep(p virtualcluster.Phase) bool {
 // set, must match. Putting a sleeping one to sleep, or waking an awake
 // one, changes nothing and records nothing.
 func (s *Service) SetSleep(ctx context.Context, actor reqctx.Principal, vcID, etag string, sleep bool) (virtualcluster.VirtualCluster, error) {
+	return setSleepTx(ctx, s.db, actor, vcID, etag, sleep, nil)
+}
+
+// AutoSleep puts a virtual cluster to sleep when it is still idle at now
+// (virtualcluster.StillIdle, checked under the locks, so activity that
+// raced the worker's look wins); slept reports whether it did.
+func AutoSleep(ctx context.Context, db *store.DB, vcID string, now time.Time) (slept bool, err error) {
+	_, err = setSleepTx(ctx, db, reqctx.System("auto-sleep"), vcID, "", true, func(ctx context.Context, tx *store.Tx) (bool, error) {
+		idle, err := virtualcluster.StillIdle(ctx, tx, vcID, now)
+		slept = idle
+		return idle, err
+	})
+	return slept, err
+}
+
+// setSleepTx is SetSleep; when onlyIf is set and says no, nothing
+// changes.
+func setSleepTx(ctx context.Context, db *store.DB, actor reqctx.Principal, vcID, etag string, sleep bool,
+	onlyIf func(ctx context.Context, tx *store.Tx) (bool, error)) (virtualcluster.VirtualCluster, error) {
 	var out virtualcluster.VirtualCluster
-	err := s.db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+	err := db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
 		vc, err := virtualcluster.Get(ctx, tx, vcID, false)
 		if err != nil {
 			return err
@@ -46,7 +66,13 @@ func (s *Service) SetSleep(ctx context.Context, actor reqctx.Principal, vcID, et
 		if etag != "" && etag != vc.Etag() {
 			return errs.EtagMismatch(vc.Name())
 		}
-		out, err = s.setSleep(ctx, tx, actor, team, vc, sleep)
+		if onlyIf != nil {
+			if ok, err := onlyIf(ctx, tx); err != nil || !ok {
+				out = vc
+				return err
+			}
+		}
+		out, err = setSleep(ctx, tx, actor, team, vc, sleep)
 		return err
 	})
 	return out, err
@@ -54,7 +80,7 @@ func (s *Service) SetSleep(ctx context.Context, actor reqctx.Principal, vcID, et
 
 // setSleep changes a locked virtual cluster's desired sleep state, bumps
 // its generation, queues it for the worker and audits the change.
-func (s *Service) setSleep(ctx context.Context, tx *store.Tx, actor reqctx.Principal, team tenancy.Team, vc virtualcluster.VirtualCluster, sleep bool) (virtualcluster.VirtualCluster, error) {
+func setSleep(ctx context.Context, tx *store.Tx, actor reqctx.Principal, team tenancy.Team, vc virtualcluster.VirtualCluster, sleep bool) (virtualcluster.VirtualCluster, error) {
 	if vc.Spec.Sleep == sleep {
 		return vc, nil
 	}

@@ -79,8 +79,25 @@ type Team struct {
 	// the team's own for DEDICATED ones (ResolvePool).
 	Pool             string
 	Quota            quota.Resources
+	// AutoSleepAfter puts the team's virtual clusters to sleep once idle
+	// this long (0: never).
+	AutoSleepAfter   time.Duration
 	Version          int64
 	Created, Updated time.Time
+}
+
+// Auto-sleep bounds: shorter would sleep clusters between two kubectl
+// runs; longer is no longer "idle".
+const (
+	MinAutoSleepAfter = 10 * time.Minute
+	MaxAutoSleepAfter = 30 * 24 * time.Hour
+)
+
+// CheckAutoSleepAfter validates an auto-sleep duration (0 turns it off).
+func CheckAutoSleepAfter(v *errs.Violations, field string, d time.Duration) {
+	if d != 0 && (d < MinAutoSleepAfter || d > MaxAutoSleepAfter || d%time.Second != 0) {
+		v.Add(field, "must be 0 (never) or whole seconds between %s and %s (got %s)", MinAutoSleepAfter, MaxAutoSleepAfter, d)
+	}
 }
 
 // Name is the API resource name.
@@ -99,13 +116,19 @@ type teamJSON struct {
 	CreateTime    *jsonshape.Time  `json:"create_time,omitempty"`
 	UpdateTime    *jsonshape.Time  `json:"update_time,omitempty"`
 	NodePool      string           `json:"node_pool,omitempty"`
+	// AutoSleepAfter is protojson's Duration form, e.g. "3600s".
+	AutoSleepAfter string `json:"auto_sleep_after,omitempty"`
 }
 
 // Snapshot renders t as the API does (the Team message), for audit.
 func (t Team) Snapshot() any {
-	return teamJSON{Name: t.Name(), Department: names.Department(t.Department), DisplayName: t.DisplayName,
+	s := teamJSON{Name: t.Name(), Department: names.Department(t.Department), DisplayName: t.DisplayName,
 		IsolationTier: t.Tier, Quota: jsonshape.QuotaOf(t.Quota), Etag: t.Etag(),
 		CreateTime: &jsonshape.Time{Time: t.Created}, UpdateTime: &jsonshape.Time{Time: t.Updated}, NodePool: t.Pool}
+	if t.AutoSleepAfter > 0 {
+		s.AutoSleepAfter = strconv.FormatInt(int64(t.AutoSleepAfter/time.Second), 10) + "s"
+	}
+	return s
 }
 
 // CreateTeam stores a team whose quota fits its department's budget and

@@ -121,8 +121,42 @@ func Move(ctx context.Context, tx *store.Tx, id string, phase Phase, q quota.Res
 // checked the phase and locked the row.
 func SetSleep(ctx context.Context, tx *store.Tx, id string, sleep bool, phase Phase) (VirtualCluster, error) {
 	return scan(tx.QueryRow(ctx, `UPDATE virtual_clusters SET sleep = $2, phase = $3, generation = generation + 1,
-		status_message = '', version = version + 1, update_time = now() WHERE id = $1 RETURNING `+columns, id, sleep, phase))
+		status_message = '', active_time = now(), version = version + 1, update_time = now() WHERE id = $1 RETURNING `+columns, id, sleep, phase))
 }
+
+// Touch records API activity about a virtual cluster (a kubeconfig handed
+// out): it is not idle. It does not change version (no etag moves).
+func Touch(ctx context.Context, q store.Querier, id string) error {
+	_, err := q.Exec(ctx, `UPDATE virtual_clusters SET active_time = now() WHERE id = $1`, id)
+	return err
+}
+
+// IdleSince reports whether a virtual cluster is idle for auto-sleep at
+// now: its team sleeps idle virtual clusters, it is awake and READY or
+// DEGRADED, no GPU is allocated in its leaf queue and nothing used it for
+// the team's auto_sleep_after.
+const idleCondition = `t.auto_sleep_after_seconds > 0 AND NOT v.sleep AND v.phase = ANY($2) AND v.alloc_gpu_centi = 0
+	AND v.active_time + make_interval(secs => t.auto_sleep_after_seconds) <= $1`
+
+// IdleForAutoSleep lists up to limit virtual clusters idle at now.
+func IdleForAutoSleep(ctx context.Context, q store.Querier, now time.Time, limit int) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT v.id FROM virtual_clusters v JOIN teams t ON t.id = v.team_id
+		WHERE `+idleCondition+` ORDER BY v.active_time LIMIT $3`, now, autoSleepPhases, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// StillIdle re-checks one virtual cluster under the caller's locks.
+func StillIdle(ctx context.Context, q store.Querier, id string, now time.Time) (bool, error) {
+	var idle bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM virtual_clusters v JOIN teams t ON t.id = v.team_id
+		WHERE v.id = $3 AND `+idleCondition+`)`, now, autoSleepPhases, id).Scan(&idle)
+	return idle, err
+}
+
+var autoSleepPhases = []string{string(PhaseReady), string(PhaseDegraded)}
 
 // PlaceOn records the host cluster a virtual cluster runs on (its create
 // request is being approved; the caller holds the locks placement needs).
@@ -157,9 +191,9 @@ func WriteStatus(ctx context.Context, tx *store.Tx, id string, st Status) (Virtu
 	}
 	return scan(tx.QueryRow(ctx, `UPDATE virtual_clusters SET phase = $2, conditions = $3, observed_generation = $4,
 		status_message = $5, alloc_gpu_centi = $6, alloc_cpu_millis = $7, alloc_memory_bytes = $8, endpoint = $9,
-		version = version + 1, update_time = now() WHERE id = $1 RETURNING `+columns,
+		active_time = CASE WHEN $10 THEN now() ELSE active_time END, version = version + 1, update_time = now() WHERE id = $1 RETURNING `+columns,
 		id, st.Phase, raw, st.ObservedGeneration, st.Message, st.Allocated.GPU, st.Allocated.CPUMillis,
-		st.Allocated.MemoryBytes, st.Endpoint))
+		st.Allocated.MemoryBytes, st.Endpoint, st.Allocated.GPU > 0))
 }
 
 // SetPhase changes phase and status message only (the worker giving up).

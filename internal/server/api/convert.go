@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
@@ -70,7 +71,29 @@ func teamToProto(t tenancy.Team) *pb.Team {
 		Name: t.Name(), Department: names.Department(t.Department), DisplayName: t.DisplayName,
 		IsolationTier: pb.IsolationTier(pb.IsolationTier_value[string(t.Tier)]), Quota: quotaToProto(t.Quota),
 		NodePool: t.Pool, Etag: t.Etag(), CreateTime: ts(t.Created), UpdateTime: ts(t.Updated),
+		AutoSleepAfter: autoSleepToProto(t.AutoSleepAfter),
 	}
+}
+
+func autoSleepToProto(d time.Duration) *durationpb.Duration {
+	if d <= 0 {
+		return nil
+	}
+	return durationpb.New(d)
+}
+
+// autoSleepFromProto validates a team's auto_sleep_after.
+func autoSleepFromProto(v *errs.Violations, field string, d *durationpb.Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	if err := d.CheckValid(); err != nil {
+		v.Add(field, "invalid duration: %v", err)
+		return 0
+	}
+	out := d.AsDuration()
+	tenancy.CheckAutoSleepAfter(v, field, out)
+	return out
 }
 
 func memberToProto(m tenancy.Member) *pb.Member {

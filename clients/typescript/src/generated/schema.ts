@@ -951,6 +951,14 @@ export interface components {
          *     children are the team's virtual clusters.
          */
         "gpuplane.v1.Team": {
+            /**
+             * @description Auto-sleep: a virtual cluster of the team that has been idle this
+             *     long is put to sleep (audited as system:auto-sleep). Idle means no GPU
+             *     allocated in its KAI leaf queue and no API activity about it (a
+             *     kubeconfig handed out, a wake, a change) for that long. Unset or 0:
+             *     never; otherwise between 10 minutes and 30 days.
+             */
+            autoSleepAfter?: string;
             /** Format: date-time */
             createTime?: string;
             /** @description departments/{department} */
