@@ -1,3 +1,8 @@
+DELETE FROM teams WHERE isolation_tier = 'SANDBOX' AND NOT EXISTS (SELECT 1 FROM virtual_clusters v WHERE v.team_id = teams.id);
+DROP INDEX IF EXISTS teams_dedicated_node_pool;
+CREATE UNIQUE INDEX teams_dedicated_node_pool ON teams (node_pool) WHERE isolation_tier = 'DEDICATED';
+ALTER TABLE teams DROP CONSTRAINT teams_isolation_tier_check;
+ALTER TABLE teams ADD CONSTRAINT teams_isolation_tier_check CHECK (isolation_tier IN ('SHARED', 'DEDICATED'));
 ALTER TABLE virtual_clusters DROP COLUMN IF EXISTS active_time;
 ALTER TABLE teams DROP COLUMN IF EXISTS auto_sleep_after_seconds;
 DELETE FROM requests WHERE kind IN ('SLEEP_VIRTUAL_CLUSTER', 'WAKE_VIRTUAL_CLUSTER');

@@ -29,7 +29,7 @@ CREATE TABLE host_clusters (
   observe_time          timestamptz,
   unreachable_since     timestamptz,
   CONSTRAINT host_clusters_connection CHECK (in_cluster = (kubeconfig_secret = '')),
-  CONSTRAINT host_clusters_tiers CHECK (tiers <@ ARRAY['SHARED', 'DEDICATED']::text[])
+  CONSTRAINT host_clusters_tiers CHECK (tiers <@ ARRAY['SHARED', 'DEDICATED', 'SANDBOX']::text[])
 );
 -- Only one host cluster can be the one gpuplane runs in.
 CREATE UNIQUE INDEX host_clusters_one_in_cluster ON host_clusters (in_cluster) WHERE in_cluster;
@@ -37,7 +37,7 @@ CREATE UNIQUE INDEX host_clusters_one_in_cluster ON host_clusters (in_cluster) W
 -- Existing installs keep working: the cluster they were configured with
 -- becomes host cluster "default" and hosts every virtual cluster placed so far.
 INSERT INTO host_clusters (id, display_name, in_cluster, tiers)
-VALUES ('default', 'The cluster gpuplane runs in (or its --kubeconfig)', true, ARRAY['SHARED', 'DEDICATED']);
+VALUES ('default', 'The cluster gpuplane runs in (or its --kubeconfig)', true, ARRAY['SHARED', 'DEDICATED', 'SANDBOX']);
 
 -- Where a virtual cluster runs (set when its create request is approved) and
 -- what its request asked for (a cluster by name, or labels it must carry).
@@ -67,3 +67,10 @@ ALTER TABLE requests ADD CONSTRAINT requests_kind_check CHECK (kind IN ('CREATE_
 ALTER TABLE teams ADD COLUMN auto_sleep_after_seconds bigint NOT NULL DEFAULT 0
   CHECK (auto_sleep_after_seconds = 0 OR auto_sleep_after_seconds BETWEEN 600 AND 2592000);
 ALTER TABLE virtual_clusters ADD COLUMN active_time timestamptz NOT NULL DEFAULT now();
+
+-- The SANDBOX tier (issue 14): a node slice of the team's own, like a
+-- DEDICATED pool, where the virtual cluster runs its own scheduler.
+ALTER TABLE teams DROP CONSTRAINT teams_isolation_tier_check;
+ALTER TABLE teams ADD CONSTRAINT teams_isolation_tier_check CHECK (isolation_tier IN ('SHARED', 'DEDICATED', 'SANDBOX'));
+DROP INDEX teams_dedicated_node_pool;
+CREATE UNIQUE INDEX teams_dedicated_node_pool ON teams (node_pool) WHERE isolation_tier IN ('DEDICATED', 'SANDBOX');

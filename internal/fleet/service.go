@@ -20,7 +20,7 @@ import (
 
 // Tiers are the isolation tiers a host cluster may take (the teams'
 // tiers; tenancy.Tiers names the same values).
-var Tiers = []string{"SHARED", "DEDICATED"}
+var Tiers = []string{"SHARED", "DEDICATED", "SANDBOX"}
 
 // Service applies the fleet's rules. Every change runs in the caller's
 // transaction with its audit event.

@@ -202,6 +202,13 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 	}
 
 	if err := run(StepGuardrails, func(ctx context.Context) (string, error) {
+		if c.settings.Profile(vc.Tier).OwnScheduler {
+			nodes, err := c.sliceNodes(ctx, vc)
+			if err != nil {
+				return "", err
+			}
+			vc.SliceNodes = nodes
+		}
 		mutating, err := c.MutatingAdmissionPolicySupported()
 		if err != nil {
 			return "", err
@@ -667,6 +674,22 @@ func (c *Client) Observe(ctx context.Context, vc VirtualCluster) (Observed, erro
 		return o, err
 	}
 	return o, nil
+}
+
+// sliceNodes are the names of the nodes in vc's pool (label
+// <pool label>=<pool>), sorted: the only nodes a virtual cluster with its
+// own scheduler may bind pods to.
+func (c *Client) sliceNodes(ctx context.Context, vc VirtualCluster) ([]string, error) {
+	list, err := c.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: c.settings.withDefaults().PoolLabel + "=" + vc.pool()})
+	if err != nil {
+		return nil, fmt.Errorf("list the nodes of slice %s: %w", vc.pool(), err)
+	}
+	out := make([]string, 0, len(list.Items))
+	for _, n := range list.Items {
+		out = append(out, n.Name)
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // workloadPodSelector matches the pods vc's syncer created on the host.

@@ -661,7 +661,7 @@ func syncedPod(e hostileEnv, kind workload, workloadName string, virtual func(ho
 	}
 	p.Spec.ServiceAccountName = "vc-workload-" + e.vc.Name
 	p.Spec.AutomountServiceAccountToken = ptr.To(false)
-	if e.vc.Tier == TierDedicated {
+	if e.vc.Tier == TierDedicated || e.vc.Tier == TierSandbox {
 		if !noPin && p.Spec.NodeName == "" {
 			selectPool(e.ownPool)(e, p) // sync.fromHost.nodes.selector.labels
 		}

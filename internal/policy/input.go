@@ -19,6 +19,7 @@ const (
 const (
 	TierShared    = "SHARED"
 	TierDedicated = "DEDICATED"
+	TierSandbox   = "SANDBOX"
 )
 
 // knownKinds and knownTiers let Compile refuse a comparison with a string
@@ -27,7 +28,7 @@ const (
 var (
 	knownKinds = []string{KindCreateVirtualCluster, KindChangeVirtualClusterQuota, KindChangeTeamQuota, KindDeleteVirtualCluster,
 		KindChangeVirtualClusterVersion, KindSleepVirtualCluster, KindWakeVirtualCluster}
-	knownTiers = []string{TierShared, TierDedicated}
+	knownTiers = []string{TierShared, TierDedicated, TierSandbox}
 )
 
 // Input is everything a policy can see. The cel tags are the names policy

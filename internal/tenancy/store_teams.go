@@ -103,7 +103,7 @@ func countTeams(ctx context.Context, q store.Querier, dept string) (int, error) 
 
 var teamFilter = filter.Schema{
 	"department":     {Column: "department_id", Type: filter.String, Strip: "departments/"},
-	"isolation_tier": {Column: "isolation_tier", Type: filter.Enum, Enum: []string{string(TierShared), string(TierDedicated)}},
+	"isolation_tier": {Column: "isolation_tier", Type: filter.Enum, Enum: []string{string(TierShared), string(TierDedicated), string(TierSandbox)}},
 	"display_name":   {Column: "display_name", Type: filter.String, Prefix: true},
 }
 

@@ -23,14 +23,20 @@ type Tier string
 const (
 	TierShared    Tier = "SHARED"
 	TierDedicated Tier = "DEDICATED"
+	// TierSandbox: a fenced node slice of the team's own where its virtual
+	// cluster runs its own scheduler.
+	TierSandbox Tier = "SANDBOX"
 )
 
 // Tiers are the valid tiers, in API order.
-var Tiers = []Tier{TierShared, TierDedicated}
+var Tiers = []Tier{TierShared, TierDedicated, TierSandbox}
 
 // WholeGPUsOnly reports tiers with whole GPUs only: KAI does not isolate GPU memory between pods sharing a
 // GPU, so a DEDICATED team's quotas are whole GPUs.
-func (t Tier) WholeGPUsOnly() bool { return t == TierDedicated }
+func (t Tier) WholeGPUsOnly() bool { return t == TierDedicated || t == TierSandbox }
+
+// OwnPool reports tiers whose teams have a node pool of their own.
+func (t Tier) OwnPool() bool { return t == TierDedicated || t == TierSandbox }
 
 // ResolvePool is the node pool of team (of tier) when asked names one
 // ("" = the tier's default), and whether that is a choice other than the
@@ -41,11 +47,14 @@ func ResolvePool(v *errs.Violations, field string, tier Tier, team, asked string
 	switch tier {
 	case TierShared:
 		if asked != "" && asked != names.SharedPool {
-			v.Add(field, "SHARED teams run in the shared pool %q; only DEDICATED teams have a node pool of their own", names.SharedPool)
+			v.Add(field, "SHARED teams run in the shared pool %q; only DEDICATED and SANDBOX teams have a node pool of their own", names.SharedPool)
 		}
 		return names.SharedPool, false
-	case TierDedicated:
+	case TierDedicated, TierSandbox:
 		def := names.DedicatedPool(team)
+		if tier == TierSandbox {
+			def = names.SandboxPool(team)
+		}
 		if asked == "" || asked == def {
 			return def, false
 		}
@@ -77,8 +86,8 @@ type Team struct {
 	Tier                        Tier
 	// Pool is the team's node pool: names.SharedPool for SHARED teams,
 	// the team's own for DEDICATED ones (ResolvePool).
-	Pool             string
-	Quota            quota.Resources
+	Pool  string
+	Quota quota.Resources
 	// AutoSleepAfter puts the team's virtual clusters to sleep once idle
 	// this long (0: never).
 	AutoSleepAfter   time.Duration

@@ -120,10 +120,10 @@ func hostClusterFromProto(v *errs.Violations, field string, p *pb.HostCluster) f
 	}
 	for _, t := range p.GetTiers() {
 		switch t {
-		case pb.IsolationTier_SHARED, pb.IsolationTier_DEDICATED:
+		case pb.IsolationTier_SHARED, pb.IsolationTier_DEDICATED, pb.IsolationTier_SANDBOX:
 			h.Tiers = append(h.Tiers, t.String())
 		default:
-			v.Add(field+".tiers", "%s is not an isolation tier a host cluster can take; use SHARED or DEDICATED", t)
+			v.Add(field+".tiers", "%s is not an isolation tier a host cluster can take; use SHARED, DEDICATED or SANDBOX", t)
 		}
 	}
 	return h

@@ -763,7 +763,7 @@ export interface components {
          *     other tenants.
          * @enum {string}
          */
-        "gpuplane.v1.IsolationTier": "ISOLATION_TIER_UNSPECIFIED" | "SHARED" | "DEDICATED";
+        "gpuplane.v1.IsolationTier": "ISOLATION_TIER_UNSPECIFIED" | "SHARED" | "DEDICATED" | "SANDBOX";
         "gpuplane.v1.ListApprovalPoliciesResponse": {
             approvalPolicies?: components["schemas"]["gpuplane.v1.ApprovalPolicy"][];
             nextPageToken?: string;
