@@ -46,6 +46,17 @@ func TestHostileSandbox(t *testing.T) {
 		t.Errorf("sandbox values sync nodes of pool %q, want %q", sel, vc.Pool)
 	}
 
+	// On chart 0.20 the virtual scheduler has its older switch; the chart
+	// (strict schema) installs with it.
+	old := oldVC(h.n("hs-sandbox-old"), h.n("team-sbo"), dept, TierSandbox)
+	old.Pool = vc.Pool + "-old"
+	if _, err := h.client.Apply(h.ctx, old); err != nil {
+		t.Fatalf("apply a sandbox virtual cluster on chart %s: %v", oldChart, err)
+	}
+	if on, _, _ := unstructured.NestedBool(RenderVClusterValues(old, h.client.settings), "controlPlane", "advanced", "virtualScheduler", "enabled"); !on {
+		t.Error("chart-0.20 sandbox values do not enable the virtual scheduler")
+	}
+
 	boundTo := func(node string) func(e hostileEnv, p *corev1.Pod) {
 		return func(e hostileEnv, p *corev1.Pod) {
 			gpuContainer("1")(e, p)
