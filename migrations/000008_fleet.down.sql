@@ -1,3 +1,4 @@
+ALTER TABLE departments DROP COLUMN IF EXISTS sleeping_keeps_quota;
 DELETE FROM teams WHERE isolation_tier = 'SANDBOX' AND NOT EXISTS (SELECT 1 FROM virtual_clusters v WHERE v.team_id = teams.id);
 DROP INDEX IF EXISTS teams_dedicated_node_pool;
 CREATE UNIQUE INDEX teams_dedicated_node_pool ON teams (node_pool) WHERE isolation_tier = 'DEDICATED';

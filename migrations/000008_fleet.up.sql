@@ -74,3 +74,6 @@ ALTER TABLE teams DROP CONSTRAINT teams_isolation_tier_check;
 ALTER TABLE teams ADD CONSTRAINT teams_isolation_tier_check CHECK (isolation_tier IN ('SHARED', 'DEDICATED', 'SANDBOX'));
 DROP INDEX teams_dedicated_node_pool;
 CREATE UNIQUE INDEX teams_dedicated_node_pool ON teams (node_pool) WHERE isolation_tier IN ('DEDICATED', 'SANDBOX');
+
+-- Whether a sleeping virtual cluster keeps its quota reserved (issue 14).
+ALTER TABLE departments ADD COLUMN sleeping_keeps_quota boolean NOT NULL DEFAULT true;

@@ -254,3 +254,49 @@ func TestAutoSleepAfterIdle(t *testing.T) {
 		t.Errorf("kubeconfig of a sleeping virtual cluster: %v", err)
 	}
 }
+
+// With sleeping_keeps_quota false, a sleeping virtual cluster's quota is
+// free for its team's others, and waking it must fit again.
+func TestSleepingQuotaFreedWhenDepartmentSaysSo(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	h.simulate(t)
+	h.start(t, h.worker(nil, workerConfig("quota")))
+	keep := false
+	if _, err := h.env.Departments.UpdateDepartment(h.env.As(t, "alice"), &pb.UpdateDepartmentRequest{
+		Department: &pb.Department{Name: "departments/research", SleepingKeepsQuota: &keep},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"sleeping_keeps_quota"}}}); err != nil {
+		t.Fatal(err)
+	}
+	// team-a has 4 GPUs: a (3) and b (3) cannot both be awake.
+	h.createVC(t, "team-a", "a", vcSpec("3", 4000, 16*gi))
+	h.waitVC(t, "a", 90*time.Second, "READY", readyAt)
+	name := "teams/team-a/virtualClusters/a"
+	if _, err := h.env.VirtualCluster.SleepVirtualCluster(h.env.As(t, "bob"), &pb.SleepVirtualClusterRequest{Name: name}); err != nil {
+		t.Fatal(err)
+	}
+	h.createVC(t, "team-a", "b", vcSpec("3", 4000, 16*gi)) // fits only because a sleeps
+	_, err := h.env.VirtualCluster.WakeVirtualCluster(h.env.As(t, "bob"), &pb.WakeVirtualClusterRequest{Name: name})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "does not fit") {
+		t.Fatalf("waking a while b holds the team's quota: %v, want FailedPrecondition", err)
+	}
+	if v := h.vc(t, "a"); !v.GetSpec().GetSleep() {
+		t.Errorf("a refused wake but is awake: %s", describe(v))
+	}
+	// Back to the default: the sleeping one's quota counts again, so a
+	// third virtual cluster does not fit.
+	keep = true
+	if _, err := h.env.Departments.UpdateDepartment(h.env.As(t, "alice"), &pb.UpdateDepartmentRequest{
+		Department: &pb.Department{Name: "departments/research", SleepingKeepsQuota: &keep},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"sleeping_keeps_quota"}}}); err != nil {
+		t.Fatal(err)
+	}
+	created, err := h.env.Requests.CreateRequest(h.env.As(t, "bob"), &pb.CreateRequestRequest{Request: &pb.Request{
+		Team: "teams/team-a", Justification: "test", Payload: &pb.Request_CreateVirtualCluster{
+			CreateVirtualCluster: &pb.CreateVirtualClusterPayload{VirtualClusterId: "c", Spec: vcSpec("1", 1000, gi)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.env.Requests.ApproveRequest(h.env.As(t, "alice"), &pb.ApproveRequestRequest{Name: created.GetName()}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("approving 1 more GPU while a sleeping 3-GPU cluster keeps its quota: %v, want FailedPrecondition", err)
+	}
+}

@@ -199,7 +199,7 @@ func (s *Service) approve(ctx context.Context, tx *store.Tx, r *Request, actor r
 		if vc, err = virtualcluster.Get(ctx, tx, r.vcID(), true); err != nil {
 			return err
 		}
-		if after, err = setSleep(ctx, tx, actor, team, vc, r.Kind == KindSleepVirtualCluster); err != nil {
+		if after, err = setSleep(ctx, tx, s.fleet, actor, team, vc, r.Kind == KindSleepVirtualCluster); err != nil {
 			return err
 		}
 		// Already asleep (or awake): nothing for the worker to do.

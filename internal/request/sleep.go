@@ -6,6 +6,8 @@ import (
 
 	"github.com/gpuplane/gpuplane/internal/audit"
 	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/fleet"
+	"github.com/gpuplane/gpuplane/internal/quota"
 	"github.com/gpuplane/gpuplane/internal/reqctx"
 	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/tenancy"
@@ -26,14 +28,14 @@ func canSleep(p virtualcluster.Phase) bool {
 // set, must match. Putting a sleeping one to sleep, or waking an awake
 // one, changes nothing and records nothing.
 func (s *Service) SetSleep(ctx context.Context, actor reqctx.Principal, vcID, etag string, sleep bool) (virtualcluster.VirtualCluster, error) {
-	return setSleepTx(ctx, s.db, actor, vcID, etag, sleep, nil)
+	return setSleepTx(ctx, s.db, s.fleet, actor, vcID, etag, sleep, nil)
 }
 
 // AutoSleep puts a virtual cluster to sleep when it is still idle at now
 // (virtualcluster.StillIdle, checked under the locks, so activity that
 // raced the worker's look wins); slept reports whether it did.
 func AutoSleep(ctx context.Context, db *store.DB, vcID string, now time.Time) (slept bool, err error) {
-	_, err = setSleepTx(ctx, db, reqctx.System("auto-sleep"), vcID, "", true, func(ctx context.Context, tx *store.Tx) (bool, error) {
+	_, err = setSleepTx(ctx, db, nil, reqctx.System("auto-sleep"), vcID, "", true, func(ctx context.Context, tx *store.Tx) (bool, error) {
 		idle, err := virtualcluster.StillIdle(ctx, tx, vcID, now)
 		slept = idle
 		return idle, err
@@ -43,7 +45,7 @@ func AutoSleep(ctx context.Context, db *store.DB, vcID string, now time.Time) (s
 
 // setSleepTx is SetSleep; when onlyIf is set and says no, nothing
 // changes.
-func setSleepTx(ctx context.Context, db *store.DB, actor reqctx.Principal, vcID, etag string, sleep bool,
+func setSleepTx(ctx context.Context, db *store.DB, fl *fleet.Service, actor reqctx.Principal, vcID, etag string, sleep bool,
 	onlyIf func(ctx context.Context, tx *store.Tx) (bool, error)) (virtualcluster.VirtualCluster, error) {
 	var out virtualcluster.VirtualCluster
 	err := db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
@@ -72,15 +74,17 @@ func setSleepTx(ctx context.Context, db *store.DB, actor reqctx.Principal, vcID,
 				return err
 			}
 		}
-		out, err = setSleep(ctx, tx, actor, team, vc, sleep)
+		out, err = setSleep(ctx, tx, fl, actor, team, vc, sleep)
 		return err
 	})
 	return out, err
 }
 
 // setSleep changes a locked virtual cluster's desired sleep state, bumps
-// its generation, queues it for the worker and audits the change.
-func setSleep(ctx context.Context, tx *store.Tx, actor reqctx.Principal, team tenancy.Team, vc virtualcluster.VirtualCluster, sleep bool) (virtualcluster.VirtualCluster, error) {
+// its generation, queues it for the worker and audits the change. A wake
+// in a department that frees sleeping virtual clusters' quota must fit
+// again (fl places it; nil only for sleeping).
+func setSleep(ctx context.Context, tx *store.Tx, fl *fleet.Service, actor reqctx.Principal, team tenancy.Team, vc virtualcluster.VirtualCluster, sleep bool) (virtualcluster.VirtualCluster, error) {
 	if vc.Spec.Sleep == sleep {
 		return vc, nil
 	}
@@ -92,6 +96,9 @@ func setSleep(ctx context.Context, tx *store.Tx, actor reqctx.Principal, team te
 		}
 	} else {
 		action = "WakeVirtualCluster"
+		if err := wakeFits(ctx, tx, fl, team, vc); err != nil {
+			return vc, err
+		}
 		if vc.Phase.CanMoveTo(virtualcluster.PhaseProvisioning) {
 			phase = virtualcluster.PhaseProvisioning
 		}
@@ -107,4 +114,38 @@ func setSleep(ctx context.Context, tx *store.Tx, actor reqctx.Principal, team te
 		Actor: actor, Action: action, Resource: vc.Name(),
 		Department: team.Department, Team: vc.Team, Before: vc.Snapshot(), After: after.Snapshot(),
 	})
+}
+
+// wakeFits: when the department does not keep sleeping virtual clusters'
+// quota, waking one takes its quota again, from its team and from its
+// node pool on its host cluster.
+func wakeFits(ctx context.Context, tx *store.Tx, fl *fleet.Service, team tenancy.Team, vc virtualcluster.VirtualCluster) error {
+	dept, err := tenancy.GetDepartment(ctx, tx, team.Department, false)
+	if err != nil || dept.SleepingKeepsQuota {
+		return err
+	}
+	node, err := tenancy.TeamNode(ctx, tx, team.ID, team.Quota, vc.ID)
+	if err != nil {
+		return err
+	}
+	path := []quota.Node{node}
+	if vc.HostCluster != "" && fl != nil {
+		hn, ok, err := fl.HostNode(ctx, tx, vc.HostCluster, team.Pool, vc.ID)
+		if err != nil {
+			return err
+		}
+		if ok {
+			path = append(path, hn)
+		}
+	}
+	if short := quota.CheckFit(path, vc.Spec.Quota); len(short) > 0 {
+		err := quota.FitError("name", short)
+		if e, ok := errs.As(err); ok {
+			e.Kind = errs.KindFailedPrecondition
+			e.Message = "department " + team.Department + " does not keep sleeping virtual clusters' quota, and waking " + vc.Name() +
+				" does not fit now: " + e.Message
+		}
+		return err
+	}
+	return nil
 }

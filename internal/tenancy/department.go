@@ -16,11 +16,14 @@ import (
 
 // Department is a stored department: a budget and its admins.
 type Department struct {
-	ID, DisplayName  string
-	Budget           quota.Resources
-	AdminGroups      []string
-	Version          int64
-	Created, Updated time.Time
+	ID, DisplayName string
+	Budget          quota.Resources
+	AdminGroups     []string
+	// SleepingKeepsQuota: sleeping virtual clusters keep their quota
+	// reserved (the default).
+	SleepingKeepsQuota bool
+	Version            int64
+	Created, Updated   time.Time
 }
 
 // Name is the API resource name.
@@ -35,14 +38,16 @@ type departmentJSON struct {
 	QuotaBudget *jsonshape.Quota `json:"quota_budget,omitempty"`
 	AdminGroups []string         `json:"admin_groups,omitempty"`
 	Etag        string           `json:"etag,omitempty"`
-	CreateTime  *jsonshape.Time  `json:"create_time,omitempty"`
-	UpdateTime  *jsonshape.Time  `json:"update_time,omitempty"`
+	// Always written (proto3 optional): false is a choice.
+	SleepingKeepsQuota bool            `json:"sleeping_keeps_quota"`
+	CreateTime         *jsonshape.Time `json:"create_time,omitempty"`
+	UpdateTime         *jsonshape.Time `json:"update_time,omitempty"`
 }
 
 // Snapshot renders d as the API does (the Department message), for audit.
 func (d Department) Snapshot() any {
 	return departmentJSON{Name: d.Name(), DisplayName: d.DisplayName, QuotaBudget: jsonshape.QuotaOf(d.Budget),
-		AdminGroups: d.AdminGroups, Etag: d.Etag(), CreateTime: &jsonshape.Time{Time: d.Created}, UpdateTime: &jsonshape.Time{Time: d.Updated}}
+		AdminGroups: d.AdminGroups, Etag: d.Etag(), SleepingKeepsQuota: d.SleepingKeepsQuota, CreateTime: &jsonshape.Time{Time: d.Created}, UpdateTime: &jsonshape.Time{Time: d.Updated}}
 }
 
 // CreateDepartment stores a department whose budget fits the cluster.

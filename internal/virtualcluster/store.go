@@ -215,11 +215,17 @@ func sum(ctx context.Context, q store.Querier, sql string, args ...any) (quota.R
 	return r, err
 }
 
+// reservesQuota holds for a virtual cluster v whose quota is reserved: it
+// is awake, or its department keeps sleeping virtual clusters' quota
+// (departments.sleeping_keeps_quota, the default).
+const reservesQuota = `(NOT v.sleep OR (SELECT d.sleeping_keeps_quota FROM teams rt JOIN departments d ON d.id = rt.department_id
+	WHERE rt.id = v.team_id))`
+
 // QuotaOfTeam sums the quotas of the team's virtual clusters that hold
 // quota, except excludeVC ("" excludes none).
 func QuotaOfTeam(ctx context.Context, q store.Querier, team, excludeVC string) (quota.Resources, error) {
-	return sum(ctx, q, `SELECT COALESCE(SUM(gpu_centi),0), COALESCE(SUM(cpu_millis),0), COALESCE(SUM(memory_bytes),0)
-		FROM virtual_clusters WHERE team_id = $1 AND id <> $2 AND phase = ANY($3)`, team, excludeVC, holdsQuotaPhases)
+	return sum(ctx, q, `SELECT COALESCE(SUM(v.gpu_centi),0), COALESCE(SUM(v.cpu_millis),0), COALESCE(SUM(v.memory_bytes),0)
+		FROM virtual_clusters v WHERE v.team_id = $1 AND v.id <> $2 AND v.phase = ANY($3) AND `+reservesQuota, team, excludeVC, holdsQuotaPhases)
 }
 
 // QuotaOnHostPool sums the quotas of the virtual clusters on a host
@@ -228,7 +234,7 @@ func QuotaOfTeam(ctx context.Context, q store.Querier, team, excludeVC string) (
 func QuotaOnHostPool(ctx context.Context, q store.Querier, hostCluster, pool, excludeVC string) (quota.Resources, error) {
 	return sum(ctx, q, `SELECT COALESCE(SUM(v.gpu_centi),0), COALESCE(SUM(v.cpu_millis),0), COALESCE(SUM(v.memory_bytes),0)
 		FROM virtual_clusters v JOIN teams t ON t.id = v.team_id
-		WHERE v.host_cluster_id = $1 AND t.node_pool = $2 AND v.id <> $3 AND v.phase = ANY($4)`,
+		WHERE v.host_cluster_id = $1 AND t.node_pool = $2 AND v.id <> $3 AND v.phase = ANY($4) AND `+reservesQuota,
 		hostCluster, pool, excludeVC, holdsQuotaPhases)
 }
 
@@ -242,7 +248,7 @@ func ParentQuotasOnHost(ctx context.Context, q store.Querier, hostCluster, dept,
 		       COALESCE(SUM(v.memory_bytes) FILTER (WHERE v.team_id = $3), 0),
 		       COALESCE(SUM(v.gpu_centi), 0), COALESCE(SUM(v.cpu_millis), 0), COALESCE(SUM(v.memory_bytes), 0)
 		  FROM virtual_clusters v JOIN teams t ON t.id = v.team_id
-		 WHERE v.host_cluster_id = $1 AND t.department_id = $2 AND v.phase = ANY($4)`,
+		 WHERE v.host_cluster_id = $1 AND t.department_id = $2 AND v.phase = ANY($4) AND `+reservesQuota,
 		hostCluster, dept, team, holdsQuotaPhases).Scan(&teamSum.GPU, &teamSum.CPUMillis, &teamSum.MemoryBytes,
 		&deptSum.GPU, &deptSum.CPUMillis, &deptSum.MemoryBytes)
 	return teamSum, deptSum, err

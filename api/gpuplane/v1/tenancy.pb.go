@@ -35,12 +35,17 @@ type Department struct {
 	// The most the department's teams may be granted in total.
 	QuotaBudget *Quota `protobuf:"bytes,3,opt,name=quota_budget,json=quotaBudget,proto3" json:"quota_budget,omitempty"`
 	// OIDC groups whose members administer this department.
-	AdminGroups   []string               `protobuf:"bytes,4,rep,name=admin_groups,json=adminGroups,proto3" json:"admin_groups,omitempty"`
-	Etag          string                 `protobuf:"bytes,5,opt,name=etag,proto3" json:"etag,omitempty"`                               // Output only.
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"` // Output only.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"` // Output only.
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AdminGroups []string               `protobuf:"bytes,4,rep,name=admin_groups,json=adminGroups,proto3" json:"admin_groups,omitempty"`
+	Etag        string                 `protobuf:"bytes,5,opt,name=etag,proto3" json:"etag,omitempty"`                               // Output only.
+	CreateTime  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"` // Output only.
+	UpdateTime  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"` // Output only.
+	// Whether a sleeping virtual cluster keeps its quota reserved (default
+	// true). When false, its quota is free for the team's other virtual
+	// clusters and its host cluster's node pool while it sleeps, and waking
+	// it must fit again (FAILED_PRECONDITION naming the shortfall).
+	SleepingKeepsQuota *bool `protobuf:"varint,8,opt,name=sleeping_keeps_quota,json=sleepingKeepsQuota,proto3,oneof" json:"sleeping_keeps_quota,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Department) Reset() {
@@ -120,6 +125,13 @@ func (x *Department) GetUpdateTime() *timestamppb.Timestamp {
 		return x.UpdateTime
 	}
 	return nil
+}
+
+func (x *Department) GetSleepingKeepsQuota() bool {
+	if x != nil && x.SleepingKeepsQuota != nil {
+		return *x.SleepingKeepsQuota
+	}
+	return false
 }
 
 // Team belongs to one department; it becomes a KAI parent queue whose
@@ -1376,7 +1388,7 @@ var File_gpuplane_v1_tenancy_proto protoreflect.FileDescriptor
 
 const file_gpuplane_v1_tenancy_proto_rawDesc = "" +
 	"\n" +
-	"\x19gpuplane/v1/tenancy.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18gpuplane/v1/common.proto\"\xab\x02\n" +
+	"\x19gpuplane/v1/tenancy.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18gpuplane/v1/common.proto\"\xfb\x02\n" +
 	"\n" +
 	"Department\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
@@ -1387,7 +1399,9 @@ const file_gpuplane_v1_tenancy_proto_rawDesc = "" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\xba\x03\n" +
+	"updateTime\x125\n" +
+	"\x14sleeping_keeps_quota\x18\b \x01(\bH\x00R\x12sleepingKeepsQuota\x88\x01\x01B\x17\n" +
+	"\x15_sleeping_keeps_quota\"\xba\x03\n" +
 	"\x04Team\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
@@ -1621,6 +1635,7 @@ func file_gpuplane_v1_tenancy_proto_init() {
 		return
 	}
 	file_gpuplane_v1_common_proto_init()
+	file_gpuplane_v1_tenancy_proto_msgTypes[0].OneofWrappers = []any{}
 	file_gpuplane_v1_tenancy_proto_msgTypes[2].OneofWrappers = []any{
 		(*Member_User)(nil),
 		(*Member_Group)(nil),

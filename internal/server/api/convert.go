@@ -62,7 +62,7 @@ func quotaPtrToProto(r *quota.Resources) *pb.Quota {
 func departmentToProto(d tenancy.Department) *pb.Department {
 	return &pb.Department{
 		Name: d.Name(), DisplayName: d.DisplayName, QuotaBudget: quotaToProto(d.Budget), AdminGroups: d.AdminGroups,
-		Etag: d.Etag(), CreateTime: ts(d.Created), UpdateTime: ts(d.Updated),
+		SleepingKeepsQuota: &d.SleepingKeepsQuota, Etag: d.Etag(), CreateTime: ts(d.Created), UpdateTime: ts(d.Updated),
 	}
 }
 

@@ -118,7 +118,8 @@ func (s *Departments) CreateDepartment(ctx context.Context, req *pb.CreateDepart
 		func() *pb.Department { return &pb.Department{} },
 		func(ctx context.Context, tx *store.Tx) (*pb.Department, error) {
 			row, err := s.tenancy.CreateDepartment(ctx, tx, a.Principal, req.GetRequestId(), tenancy.Department{
-				ID: req.GetDepartmentId(), DisplayName: d.GetDisplayName(), Budget: budget, AdminGroups: groups})
+				ID: req.GetDepartmentId(), DisplayName: d.GetDisplayName(), Budget: budget, AdminGroups: groups,
+				SleepingKeepsQuota: d.SleepingKeepsQuota == nil || d.GetSleepingKeepsQuota()})
 			if err != nil {
 				return nil, err
 			}
@@ -136,7 +137,7 @@ func (s *Departments) UpdateDepartment(ctx context.Context, req *pb.UpdateDepart
 	if err != nil {
 		return nil, err
 	}
-	paths, err := maskPaths(req.GetUpdateMask().GetPaths(), "display_name", "quota_budget", "admin_groups")
+	paths, err := maskPaths(req.GetUpdateMask().GetPaths(), "display_name", "quota_budget", "admin_groups", "sleeping_keeps_quota")
 	if err != nil {
 		return nil, err
 	}
@@ -154,6 +155,10 @@ func (s *Departments) UpdateDepartment(ctx context.Context, req *pb.UpdateDepart
 			}
 			if paths["admin_groups"] {
 				next.AdminGroups = groups
+			}
+			if paths["sleeping_keeps_quota"] {
+				// Unset in a mask that names it: back to the default.
+				next.SleepingKeepsQuota = d.SleepingKeepsQuota == nil || d.GetSleepingKeepsQuota()
 			}
 			if paths["quota_budget"] {
 				next.Budget = maskedQuota(paths, "quota_budget", next.Budget, budget)

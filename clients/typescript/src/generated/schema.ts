@@ -653,6 +653,13 @@ export interface components {
             name?: string;
             /** @description The most the department's teams may be granted in total. */
             quotaBudget?: components["schemas"]["gpuplane.v1.Quota"];
+            /**
+             * @description Whether a sleeping virtual cluster keeps its quota reserved (default
+             *     true). When false, its quota is free for the team's other virtual
+             *     clusters and its host cluster's node pool while it sleeps, and waking
+             *     it must fit again (FAILED_PRECONDITION naming the shortfall).
+             */
+            sleepingKeepsQuota?: boolean;
             /** Format: date-time */
             updateTime?: string;
         };
