@@ -41,6 +41,10 @@ func load(ctx context.Context, q store.Querier, id string) (desiredState, error)
 	if err != nil {
 		return d, err
 	}
+	if vc.HostCluster == "" && !vc.Phase.NeedsResync() && vc.Phase != virtualcluster.PhaseDeleting {
+		// Never placed (PENDING_APPROVAL, REJECTED): nothing to converge.
+		return desiredState{vc: vc, team: team}, nil
+	}
 	if vc.HostCluster == "" {
 		return d, fmt.Errorf("virtual cluster %s is %s but placed on no host cluster", vc.ID, vc.Phase)
 	}

@@ -167,6 +167,15 @@ func (w *Worker) converge(ctx context.Context, c claim, d desiredState, host Hos
 		phase = vcs.PhaseDegraded
 		msg = "degraded: " + strings.Join(notReady(conds), ", ") + " not ready"
 	}
+	return w.recordOutcome(ctx, c, d, conds, phase, msg, obs, drift, phase == vcs.PhaseReady)
+}
+
+// recordOutcome stores what a reconcile saw, audits repaired drift, and
+// finishes the work item when the host reached the desired state (done);
+// otherwise (the control plane or kubeconfig is not there yet, or not
+// asleep yet) it looks again soon without counting a failure.
+func (w *Worker) recordOutcome(ctx context.Context, c claim, d desiredState, conds []vcs.Condition, phase vcs.Phase, msg string,
+	obs hostcluster.Observed, drift []string, done bool) error {
 	w.step("record-status")
 	if err := w.writeStatus(ctx, d, conds, phase, &msg, &obs); err != nil {
 		return err
@@ -177,11 +186,9 @@ func (w *Worker) converge(ctx context.Context, c claim, d desiredState, host Hos
 			return err
 		}
 	}
-	if phase == vcs.PhaseReady {
+	if done {
 		return w.done(ctx, c)
 	}
-	// The control plane or kubeconfig is not there yet: look again soon
-	// without counting it as a failure.
 	markRequeued(ctx)
 	return w.later(ctx, c, w.cfg.Poll, nil)
 }

@@ -58,21 +58,7 @@ func (w *Worker) recordSleep(ctx context.Context, c claim, d desiredState, obs h
 	if obs.Asleep() {
 		phase, msg = vcs.PhaseSleeping, "asleep: control plane scaled to zero, workload pods removed, leaf queue admits nothing; :wake restores it"
 	}
-	w.step("record-status")
-	if err := w.writeStatus(ctx, d, conds, phase, &msg, &obs); err != nil {
-		return err
-	}
-	if len(drift) > 0 {
-		w.Log.Info("repaired drift on the host cluster", "virtual_cluster", d.vc.ID, "drift", drift)
-		if err := w.auditDrift(ctx, d, drift); err != nil {
-			return err
-		}
-	}
-	if phase == vcs.PhaseSleeping {
-		return w.done(ctx, c)
-	}
-	markRequeued(ctx)
-	return w.later(ctx, c, w.cfg.Poll, nil)
+	return w.recordOutcome(ctx, c, d, conds, phase, msg, obs, drift, phase == vcs.PhaseSleeping)
 }
 
 // AutoSleepIdle puts every virtual cluster that is idle now (by the
