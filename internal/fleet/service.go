@@ -298,7 +298,9 @@ func RecordObservation(ctx context.Context, tx *store.Tx, id string, o Observati
 			return res, err
 		}
 	}
-	if res.BecameReachable || res.BecameUnreachable || res.PoolsChanged {
+	// The first look at a host cluster changes nothing its virtual
+	// clusters were converged against; only a change after it does.
+	if wasObserved && (res.BecameReachable || res.BecameUnreachable || res.PoolsChanged) {
 		if res.Requeued, err = workqueue.EnqueueHostCluster(ctx, tx, id); err != nil {
 			return res, err
 		}
