@@ -20,7 +20,7 @@ import (
 // other virtual clusters placed in that pool there hold.
 const LevelHostCluster quota.Level = "host_cluster"
 
-// ReasonNoHostCluster: no host cluster can take the virtual cluster (its
+// ReasonNoHostCluster says no host cluster can take the virtual cluster (its
 // tier, the labels or the cluster it asks for), whatever the capacity.
 const ReasonNoHostCluster = "NO_HOST_CLUSTER"
 

@@ -803,10 +803,10 @@ func TestHostOutageDuringResync(t *testing.T) {
 	stop = h.start(t, reconcile.New(store.New(h.pool), h.newHost(ks.DialContext), h.log, cfg))
 	// Its host cluster is down: DEGRADED with the reason, retried without
 	// counting attempts (never FAILED for an outage).
-	v := h.waitVC(t, id, 30*time.Second, "DEGRADED", inPhase(pb.VirtualClusterStatus_DEGRADED))
+	h.waitVC(t, id, 30*time.Second, "DEGRADED", inPhase(pb.VirtualClusterStatus_DEGRADED))
 	time.Sleep(500 * time.Millisecond) // several retries
 	stop()
-	v = h.vc(t, id)
+	v := h.vc(t, id)
 	t.Logf("after the outage: %s", describe(v))
 	if p := v.GetStatus().GetPhase(); p != pb.VirtualClusterStatus_DEGRADED {
 		t.Fatalf("a READY virtual cluster whose resync cannot reach the host should stay DEGRADED, got %s", describe(v))

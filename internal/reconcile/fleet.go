@@ -45,7 +45,7 @@ type Prober interface {
 	Probe(ctx context.Context) (hostcluster.Probe, error)
 }
 
-// CondHostCluster: the host cluster the virtual cluster runs on answers.
+// CondHostCluster says the host cluster the virtual cluster runs on answers.
 // While it does not, the virtual cluster is DEGRADED with the reason, and
 // nothing about it changes there.
 const CondHostCluster = "HostClusterReachable"

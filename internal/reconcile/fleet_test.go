@@ -186,7 +186,7 @@ func TestTwoHostClusters(t *testing.T) {
 	// on default are applied while gpu-east is down.
 	h.changeQuota(t, "team-a", "west-1", &pb.Quota{Gpu: "2", CpuMillis: 4000, MemoryBytes: 16 * gi})
 	h.createVC(t, "team-a", "west-2", vcSpec("1", 4000, 16*gi))
-	v = h.waitVC(t, "west-1", 60*time.Second, "READY at the new quota", func(v *pb.VirtualCluster) bool {
+	h.waitVC(t, "west-1", 60*time.Second, "READY at the new quota", func(v *pb.VirtualCluster) bool {
 		return readyAt(v) && v.GetSpec().GetQuota().GetGpu() == "2"
 	})
 	if n := number(t, h.queue(t, hostcluster.LeafQueueName("west-1")), "spec", "resources", "gpu", "quota"); n != 2 {

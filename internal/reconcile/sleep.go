@@ -10,7 +10,7 @@ import (
 	vcs "github.com/gpuplane/gpuplane/internal/virtualcluster"
 )
 
-// CondAsleep: the control plane is scaled to zero, no workload pod the
+// CondAsleep says the control plane is scaled to zero, no workload pod the
 // syncer created is left on the host and the leaf queue admits nothing.
 // Present while the virtual cluster sleeps or is going to sleep.
 const CondAsleep = "Asleep"
