@@ -53,7 +53,7 @@ type waitFlags struct {
 func (w *waitFlags) bind(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&w.wait, "wait", false, "wait until the virtual cluster is READY, showing progress")
 	cmd.Flags().DurationVar(&w.timeout, "timeout", 10*time.Minute, "with --wait: give up after this long")
-	cmd.Flags().DurationVar(&w.poll, "poll-interval", time.Second, "with --wait: how often to look")
+	cmd.Flags().DurationVar(&w.poll, "poll-interval", time.Second, "with --wait, against servers without watches: how often to look")
 	_ = cmd.Flags().MarkHidden("poll-interval")
 }
 
@@ -367,22 +367,14 @@ func progressLine(vc *pb.VirtualCluster) string {
 	return strings.TrimRight(b.String(), " ")
 }
 
-// waitReady polls the virtual cluster (and, while it waits for approval,
-// its request) and prints a line whenever something changes, until it is
-// READY, fails, or the timeout passes.
-func (c *cli) waitReady(ctx context.Context, api *client.Client, vcName, reqName string, w waitFlags) error {
-	start := c.opts.Now()
-	ctx, cancel := context.WithTimeout(ctx, w.timeout)
-	defer cancel()
-	last := ""
-	var vc *pb.VirtualCluster
+// waitPolling polls the virtual cluster (and, while it waits for approval,
+// its request) until it is READY, fails, or the timeout passes: waitReady
+// (watch.go) falls back to it when the server serves no watches.
+func (c *cli) waitPolling(ctx context.Context, api *client.Client, vcName, reqName string, w waitFlags, p *waitProgress) error {
 	for {
 		cctx, ccancel := c.call(ctx)
 		got, err := api.VirtualClusters.GetVirtualCluster(cctx, &pb.GetVirtualClusterRequest{Name: vcName})
 		ccancel()
-		if err == nil {
-			vc = got
-		}
 		if err != nil {
 			// gRPC may report the overall deadline a moment before ctx does.
 			if dl, ok := ctx.Deadline(); ok && status.Code(err) == codes.DeadlineExceeded && time.Until(dl) < 100*time.Millisecond {
@@ -393,41 +385,64 @@ func (c *cli) waitReady(ctx context.Context, api *client.Client, vcName, reqName
 			}
 		}
 		if err == nil {
-			if line := progressLine(vc); line != last {
-				fmt.Fprintf(c.stdout(), "[%4.1fs] %s\n", c.opts.Now().Sub(start).Seconds(), line)
-				last = line
-			}
-			st := vc.GetStatus()
-			switch st.GetPhase() {
-			case pb.VirtualClusterStatus_READY:
-				fmt.Fprintf(c.stdout(), "%s is READY. Use it: gpuplanectl kubeconfig %s --merge\n", vcName, lastSegment(vcName))
-				return nil
-			case pb.VirtualClusterStatus_FAILED:
-				return fmt.Errorf("%s FAILED: %s", vcName, orDash(st.GetMessage()))
-			case pb.VirtualClusterStatus_REJECTED, pb.VirtualClusterStatus_DELETING, pb.VirtualClusterStatus_DELETED:
-				return c.requestOutcome(ctx, api, vcName, reqName, st)
-			case pb.VirtualClusterStatus_PENDING_APPROVAL:
-				if err := c.requestOutcome(ctx, api, vcName, reqName, st); err != nil {
-					return err
-				}
+			if done, err := c.waitStep(ctx, api, got, reqName, p); done || err != nil {
+				return err
 			}
 		}
 		select {
 		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				where := "not found yet"
-				if vc != nil {
-					where = "still " + vc.GetStatus().GetPhase().String()
-					if m := vc.GetStatus().GetMessage(); m != "" {
-						where += ": " + m
-					}
-				}
-				return fmt.Errorf("timed out after %s waiting for %s to be READY (%s)", w.timeout, vcName, where)
-			}
-			return ctx.Err()
+			return p.ended(ctx, w)
 		case <-time.After(w.poll):
 		}
 	}
+}
+
+// waitProgress is what a wait has shown so far.
+type waitProgress struct {
+	start  time.Time
+	last   string
+	vc     *pb.VirtualCluster
+	vcName string
+}
+
+// waitStep prints a line when the virtual cluster changed and says
+// whether the wait is over (READY: nil error; failed: the error).
+func (c *cli) waitStep(ctx context.Context, api *client.Client, vc *pb.VirtualCluster, reqName string, p *waitProgress) (bool, error) {
+	p.vc = vc
+	if line := progressLine(vc); line != p.last {
+		fmt.Fprintf(c.stdout(), "[%4.1fs] %s\n", c.opts.Now().Sub(p.start).Seconds(), line)
+		p.last = line
+	}
+	st := vc.GetStatus()
+	switch st.GetPhase() {
+	case pb.VirtualClusterStatus_READY:
+		fmt.Fprintf(c.stdout(), "%s is READY. Use it: gpuplanectl kubeconfig %s --merge\n", p.vcName, lastSegment(p.vcName))
+		return true, nil
+	case pb.VirtualClusterStatus_FAILED:
+		return true, fmt.Errorf("%s FAILED: %s", p.vcName, orDash(st.GetMessage()))
+	case pb.VirtualClusterStatus_REJECTED, pb.VirtualClusterStatus_DELETING, pb.VirtualClusterStatus_DELETED:
+		return true, c.requestOutcome(ctx, api, p.vcName, reqName, st)
+	case pb.VirtualClusterStatus_PENDING_APPROVAL:
+		if err := c.requestOutcome(ctx, api, p.vcName, reqName, st); err != nil {
+			return true, err
+		}
+	}
+	return false, nil
+}
+
+// ended is the error of a wait whose context ended.
+func (p *waitProgress) ended(ctx context.Context, w waitFlags) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		where := "not found yet"
+		if p.vc != nil {
+			where = "still " + p.vc.GetStatus().GetPhase().String()
+			if m := p.vc.GetStatus().GetMessage(); m != "" {
+				where += ": " + m
+			}
+		}
+		return fmt.Errorf("timed out after %s waiting for %s to be READY (%s)", w.timeout, p.vcName, where)
+	}
+	return ctx.Err()
 }
 
 // requestOutcome explains a virtual cluster that will not become READY

@@ -138,6 +138,11 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("--second-host-cluster starts a local cluster beside the local one; it cannot be used with --kubeconfig")
 	}
 	cfg.RunWorker = true
+	if cfg.WebhookHTTPHosts == "" && cfg.WebhookAllowedCIDRs == "" {
+		// Webhook receivers on this machine (the README walkthrough).
+		cfg.WebhookHTTPHosts, cfg.WebhookAllowedCIDRs = "localhost,127.0.0.1,::1", "127.0.0.0/8,::1/128"
+		say("webhooks may call http://localhost (dev mode only)")
+	}
 	if cfg.CORSAllowedOrigins == "" {
 		cfg.CORSAllowedOrigins = DevPortalOrigins
 	}

@@ -72,7 +72,7 @@ func (f *fixture) create(h fleet.HostCluster) (fleet.HostCluster, error) {
 // placed stores a virtual cluster of team on a host cluster, holding q.
 func (f *fixture) placed(team, id, hostCluster string, q quota.Resources, phase virtualcluster.Phase) {
 	f.must(f.tx(func(ctx context.Context, tx *store.Tx) error {
-		if err := virtualcluster.InsertPending(ctx, tx, team, id, virtualcluster.Spec{Quota: q}); err != nil {
+		if _, err := virtualcluster.InsertPending(ctx, tx, team, id, virtualcluster.Spec{Quota: q}); err != nil {
 			return err
 		}
 		if err := virtualcluster.PlaceOn(ctx, tx, id, hostCluster); err != nil {

@@ -64,6 +64,8 @@ type Services struct {
 	Requests       gpuplanev1.RequestServiceServer
 	Policies       gpuplanev1.ApprovalPolicyServiceServer
 	HostClusters   gpuplanev1.HostClusterServiceServer
+	Watch          gpuplanev1.WatchServiceServer
+	Webhooks       gpuplanev1.WebhookServiceServer
 }
 
 // Server owns both listeners.
@@ -100,8 +102,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.lisGRPC = newDrainListener(s.lisGRPC) // see Shutdown
 
-	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.unaryChain, annotateSpan), grpc.MaxRecvMsgSize(4<<20),
-		grpcServerTracing(cfg.TracerProvider))
+	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.unaryChain, annotateSpan), grpc.ChainStreamInterceptor(s.streamChain),
+		grpc.MaxRecvMsgSize(4<<20), grpcServerTracing(cfg.TracerProvider))
 	svc := cfg.Services
 	gpuplanev1.RegisterDepartmentServiceServer(s.grpc, svc.Departments)
 	gpuplanev1.RegisterTeamServiceServer(s.grpc, svc.Teams)
@@ -114,6 +116,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if svc.HostClusters != nil {
 		gpuplanev1.RegisterHostClusterServiceServer(s.grpc, svc.HostClusters)
 	}
+	gpuplanev1.RegisterWatchServiceServer(s.grpc, svc.Watch)
+	gpuplanev1.RegisterWebhookServiceServer(s.grpc, svc.Webhooks)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -142,6 +146,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return "", false
 		}),
 		runtime.WithErrorHandler(gatewayErrorHandler),
+		runtime.WithStreamErrorHandler(streamErrorHandler),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: false},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
@@ -157,6 +162,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		gpuplanev1.RegisterRequestServiceHandler,
 		gpuplanev1.RegisterApprovalPolicyServiceHandler,
 		gpuplanev1.RegisterHostClusterServiceHandler,
+		gpuplanev1.RegisterWatchServiceHandler,
+		gpuplanev1.RegisterWebhookServiceHandler,
 	} {
 		if err := register(ctx, gw, s.gwConn); err != nil {
 			s.gwConn.Close()
@@ -199,7 +206,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		_, _ = w.Write(openapiJSON)
 	})
 	s.http = &http.Server{
-		Handler:           httpTracing(cfg.TracerProvider, newHTTPMetrics(cfg.Registry).wrap(withCORS(cfg.CORS, mux))),
+		Handler:           withStreams(httpTracing(cfg.TracerProvider, newHTTPMetrics(cfg.Registry).wrap(withCORS(cfg.CORS, mux)))),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,

@@ -294,6 +294,22 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/requests:watch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["WatchService_WatchRequests"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/teams": {
         parameters: {
             query?: never;
@@ -478,6 +494,22 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/teams/{parent}/virtualClusters:watch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["WatchService_WatchVirtualClusters"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/teams/{team.name}": {
         parameters: {
             query?: never;
@@ -509,6 +541,108 @@ export interface paths {
         options?: never;
         head?: never;
         patch?: never;
+        trace?: never;
+    };
+    "/v1/webhookSubscriptions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["WebhookService_ListWebhookSubscriptions"];
+        put?: never;
+        post: operations["WebhookService_CreateWebhookSubscription"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhookSubscriptions/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["WebhookService_GetWebhookSubscription"];
+        put?: never;
+        post?: never;
+        delete: operations["WebhookService_DeleteWebhookSubscription"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhookSubscriptions/{name}/deliveries/{name_1}:redeliver": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Sends a delivery again (same event id), whatever its state. */
+        post: operations["WebhookService_RedeliverWebhookDelivery"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhookSubscriptions/{name}:rotateSecret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A new signing secret; the previous one keeps signing for
+         *     previous_secret_ttl (default 24h).
+         */
+        post: operations["WebhookService_RotateWebhookSecret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhookSubscriptions/{parent}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The delivery log, newest first. */
+        get: operations["WebhookService_ListWebhookDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhookSubscriptions/{webhook_subscription.name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch: operations["WebhookService_UpdateWebhookSubscription"];
         trace?: never;
     };
 }
@@ -805,6 +939,15 @@ export interface components {
             nextPageToken?: string;
             virtualClusters?: components["schemas"]["gpuplane.v1.VirtualCluster"][];
         };
+        "gpuplane.v1.ListWebhookDeliveriesResponse": {
+            nextPageToken?: string;
+            /** @description Newest first. */
+            webhookDeliveries?: components["schemas"]["gpuplane.v1.WebhookDelivery"][];
+        };
+        "gpuplane.v1.ListWebhookSubscriptionsResponse": {
+            nextPageToken?: string;
+            webhookSubscriptions?: components["schemas"]["gpuplane.v1.WebhookSubscription"][];
+        };
         /** @description Member binds a user or an OIDC group to a role on a team. */
         "gpuplane.v1.Member": {
             /** Format: date-time */
@@ -926,6 +1069,23 @@ export interface components {
         "gpuplane.v1.Request.Kind": "KIND_UNSPECIFIED" | "CREATE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_QUOTA" | "CHANGE_TEAM_QUOTA" | "DELETE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_VERSION" | "SLEEP_VIRTUAL_CLUSTER" | "WAKE_VIRTUAL_CLUSTER";
         /** @enum {string} */
         "gpuplane.v1.Request.State": "STATE_UNSPECIFIED" | "PENDING" | "APPROVED" | "REJECTED" | "CANCELLED" | "APPLIED" | "FAILED";
+        "gpuplane.v1.RequestEvent": {
+            actor?: string;
+            /** @description CHANGED: the event's id (auditEvents/{id}; the webhook event id). */
+            id?: string;
+            kind?: components["schemas"]["gpuplane.v1.WatchEventKind"];
+            /**
+             * Format: int64
+             * @description Where to resume after this message (unset for EXISTING).
+             */
+            position?: string;
+            /** @description EXISTING and CHANGED: the request after the change. */
+            request?: components["schemas"]["gpuplane.v1.Request"];
+            /** Format: date-time */
+            time?: string;
+            /** @description CHANGED: the event type, e.g. "request.approved". */
+            type?: string;
+        };
         /** @description SecretReference names a key of a Secret in gpuplane's own namespace. */
         "gpuplane.v1.SecretReference": {
             /** @description Default "kubeconfig". */
@@ -1040,6 +1200,36 @@ export interface components {
             /** Format: date-time */
             updateTime?: string;
         };
+        "gpuplane.v1.VirtualClusterEvent": {
+            actor?: string;
+            /**
+             * @description CHANGED: the event's id; the audit event auditEvents/{id} records the
+             *     same change, and webhooks deliver it under this id.
+             */
+            id?: string;
+            kind?: components["schemas"]["gpuplane.v1.WatchEventKind"];
+            /**
+             * Format: int64
+             * @description Where to resume after this message (unset for EXISTING).
+             */
+            position?: string;
+            /**
+             * Format: date-time
+             * @description CHANGED: when the change was made, and by whom (a subject, or
+             *     "system:<component>").
+             */
+            time?: string;
+            /**
+             * @description CHANGED: the event type, e.g. "virtualcluster.phase_changed"
+             *     (docs/events.md lists them).
+             */
+            type?: string;
+            /**
+             * @description EXISTING and CHANGED: the virtual cluster after the change (its last
+             *     state when it was deleted).
+             */
+            virtualCluster?: components["schemas"]["gpuplane.v1.VirtualCluster"];
+        };
         "gpuplane.v1.VirtualClusterKubeconfig": {
             breakGlass?: boolean;
             /**
@@ -1124,6 +1314,118 @@ export interface components {
         "gpuplane.v1.WakeVirtualClusterPayload": {
             /** @description teams/{team}/virtualClusters/{vc} */
             virtualCluster?: string;
+        };
+        /**
+         * @description WatchEventKind says what a watch message carries.
+         * @enum {string}
+         */
+        "gpuplane.v1.WatchEventKind": "WATCH_EVENT_KIND_UNSPECIFIED" | "EXISTING" | "SYNCED" | "CHANGED" | "HEARTBEAT";
+        /**
+         * @description WebhookDelivery is one event sent (or to be sent) to one subscription:
+         *     the delivery log.
+         */
+        "gpuplane.v1.WebhookDelivery": {
+            /** Format: int32 */
+            attempts?: number;
+            /** Format: date-time */
+            completeTime?: string;
+            /** Format: date-time */
+            createTime?: string;
+            /** @description The CloudEvents id and webhook-id header: the same on every attempt. */
+            eventId?: string;
+            eventType?: string;
+            /** Format: date-time */
+            lastAttemptTime?: string;
+            lastDuration?: string;
+            /** @description Why the last attempt failed. */
+            lastError?: string;
+            /**
+             * Format: int32
+             * @description The endpoint's HTTP status of the last attempt (0: no answer).
+             */
+            lastStatusCode?: number;
+            /** @description webhookSubscriptions/{subscription}/deliveries/{delivery} */
+            name?: string;
+            /** Format: date-time */
+            nextAttemptTime?: string;
+            /** Format: int64 */
+            position?: string;
+            /**
+             * @description The object the event is about (CloudEvents subject); deliveries of one
+             *     object are sent in order.
+             */
+            resource?: string;
+            state?: components["schemas"]["gpuplane.v1.WebhookDelivery.State"];
+        };
+        /** @enum {string} */
+        "gpuplane.v1.WebhookDelivery.State": "STATE_UNSPECIFIED" | "PENDING" | "SUCCEEDED" | "FAILED";
+        /**
+         * @description WebhookSubscription sends the events of a team, a department or the
+         *     whole platform to an HTTPS endpoint as CloudEvents 1.0 (structured JSON),
+         *     signed per Standard Webhooks (docs/events.md). Delivery is at least once,
+         *     in order per object, retried with exponential backoff; a run of failed
+         *     deliveries disables the subscription (event webhook.disabled).
+         *
+         *     Team subscriptions are managed by the team's owners and department admins,
+         *     department subscriptions by department admins, platform subscriptions by
+         *     platform admins; others get NOT_FOUND.
+         */
+        "gpuplane.v1.WebhookSubscription": {
+            /**
+             * Format: int32
+             * @description Failed deliveries in a row.
+             */
+            consecutiveFailures?: number;
+            /** Format: date-time */
+            createTime?: string;
+            department?: string;
+            /**
+             * @description Set to pause deliveries (they wait, nothing is lost within the
+             *     retention); set by the platform after a run of failures. Clearing it
+             *     resumes delivery and resets the failure count.
+             */
+            disabled?: boolean;
+            /** @description Why the platform disabled it. */
+            disabledReason?: string;
+            displayName?: string;
+            etag?: string;
+            /**
+             * @description Event types to send: exact ("request.approved"), per kind
+             *     ("virtualcluster.*") or "*"; empty: all.
+             */
+            eventTypes?: string[];
+            /** @description webhookSubscriptions/{subscription}; the id is a DNS-1123 label. */
+            name?: string;
+            /**
+             * Format: date-time
+             * @description After a rotation the previous secret signs too until this time, so
+             *     receivers can switch without losing a delivery.
+             */
+            previousSecretExpireTime?: string;
+            /**
+             * @description The signing secret ("whsec_" + base64 of 32 random bytes). Returned
+             *     only by CreateWebhookSubscription and RotateWebhookSecret.
+             */
+            secret?: string;
+            /**
+             * Format: int64
+             * @description Events after this feed position are delivered (the head at creation).
+             */
+            startPosition?: string;
+            /**
+             * @description The scope: teams/{team} (its events), departments/{department} (the
+             *     department's and its teams' events), or neither (every event).
+             *     Immutable.
+             */
+            team?: string;
+            /** Format: date-time */
+            updateTime?: string;
+            /**
+             * @description https://... (plain http only to hosts the platform allows). Addresses
+             *     in loopback, private, link-local and metadata ranges are refused unless
+             *     the platform allows them, when the URL is set and on every connection.
+             */
+            url?: string;
         };
     };
     responses: never;
@@ -2046,6 +2348,51 @@ export interface operations {
             };
         };
     };
+    WatchService_WatchRequests: {
+        parameters: {
+            query?: {
+                /** @description teams/{team}: only this team's requests. */
+                team?: string;
+                /** @description departments/{department}: only requests of its teams. */
+                department?: string;
+                /** @description Only requests in these states (before or after the change); empty: all. */
+                states?: components["schemas"]["gpuplane.v1.Request.State"][];
+                /**
+                 * @description Resume after this position; unset: start with the current state. The
+                 *     current state is the requests matching the filter, newest first, at
+                 *     most 1000 (older ones only appear when they change).
+                 */
+                resumePosition?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A successful response. (streaming responses) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error?: components["schemas"]["google.rpc.Status"];
+                        result?: components["schemas"]["gpuplane.v1.RequestEvent"];
+                    };
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
     TeamService_ListTeams: {
         parameters: {
             query?: {
@@ -2590,6 +2937,54 @@ export interface operations {
             };
         };
     };
+    WatchService_WatchVirtualClusters: {
+        parameters: {
+            query?: {
+                /** @description departments/{department}: only virtual clusters of its teams. */
+                department?: string;
+                /**
+                 * @description Only virtual clusters in these phases (before or after the change, so
+                 *     a watcher learns that one left the set); empty: all.
+                 */
+                phases?: components["schemas"]["gpuplane.v1.VirtualClusterStatus.Phase"][];
+                /**
+                 * @description Resume after this position (from SYNCED, CHANGED or HEARTBEAT); unset:
+                 *     start with the current state.
+                 */
+                resumePosition?: string;
+            };
+            header?: never;
+            path: {
+                /** @description teams/{team}, or teams/- for every team the caller can read. */
+                parent: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A successful response. (streaming responses) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error?: components["schemas"]["google.rpc.Status"];
+                        result?: components["schemas"]["gpuplane.v1.VirtualClusterEvent"];
+                    };
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
     TeamService_UpdateTeam: {
         parameters: {
             query?: {
@@ -2648,6 +3043,345 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["gpuplane.v1.User"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    WebhookService_ListWebhookSubscriptions: {
+        parameters: {
+            query?: {
+                pageSize?: number;
+                pageToken?: string;
+                /** @description Fields: team, department, disabled. Example: team = "teams/team-a" */
+                filter?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["gpuplane.v1.ListWebhookSubscriptionsResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    WebhookService_CreateWebhookSubscription: {
+        parameters: {
+            query?: {
+                webhookSubscriptionId?: string;
+                requestId?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["gpuplane.v1.WebhookSubscription"];
+            };
+        };
+        responses: {
+            /**
+             * @description WebhookSubscription sends the events of a team, a department or the
+             *     whole platform to an HTTPS endpoint as CloudEvents 1.0 (structured JSON),
+             *     signed per Standard Webhooks (docs/events.md). Delivery is at least once,
+             *     in order per object, retried with exponential backoff; a run of failed
+             *     deliveries disables the subscription (event webhook.disabled).
+             *
+             *     Team subscriptions are managed by the team's owners and department admins,
+             *     department subscriptions by department admins, platform subscriptions by
+             *     platform admins; others get NOT_FOUND.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["gpuplane.v1.WebhookSubscription"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    WebhookService_GetWebhookSubscription: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /**
+             * @description WebhookSubscription sends the events of a team, a department or the
+             *     whole platform to an HTTPS endpoint as CloudEvents 1.0 (structured JSON),
+             *     signed per Standard Webhooks (docs/events.md). Delivery is at least once,
+             *     in order per object, retried with exponential backoff; a run of failed
+             *     deliveries disables the subscription (event webhook.disabled).
+             *
+             *     Team subscriptions are managed by the team's owners and department admins,
+             *     department subscriptions by department admins, platform subscriptions by
+             *     platform admins; others get NOT_FOUND.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["gpuplane.v1.WebhookSubscription"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    WebhookService_DeleteWebhookSubscription: {
+        parameters: {
+            query?: {
+                etag?: string;
+            };
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /**
+             * @description A generic empty message that you can re-use to avoid defining duplicated
+             *     empty messages in your APIs. A typical example is to use it as the request
+             *     or the response type of an API method. For instance:
+             *
+             *         service Foo {
+             *           rpc Bar(google.protobuf.Empty) returns (google.protobuf.Empty);
+             *         }
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    WebhookService_RedeliverWebhookDelivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+                name_1: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /**
+             * @description WebhookDelivery is one event sent (or to be sent) to one subscription:
+             *     the delivery log.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["gpuplane.v1.WebhookDelivery"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    WebhookService_RotateWebhookSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    etag?: string;
+                    /**
+                     * @description How long the current secret keeps signing too (0 or unset: 24h; at
+                     *     most 7 days).
+                     */
+                    previousSecretTtl?: string;
+                };
+            };
+        };
+        responses: {
+            /**
+             * @description WebhookSubscription sends the events of a team, a department or the
+             *     whole platform to an HTTPS endpoint as CloudEvents 1.0 (structured JSON),
+             *     signed per Standard Webhooks (docs/events.md). Delivery is at least once,
+             *     in order per object, retried with exponential backoff; a run of failed
+             *     deliveries disables the subscription (event webhook.disabled).
+             *
+             *     Team subscriptions are managed by the team's owners and department admins,
+             *     department subscriptions by department admins, platform subscriptions by
+             *     platform admins; others get NOT_FOUND.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["gpuplane.v1.WebhookSubscription"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    WebhookService_ListWebhookDeliveries: {
+        parameters: {
+            query?: {
+                pageSize?: number;
+                pageToken?: string;
+                /** @description Fields: state, event_type, resource. Example: state = FAILED */
+                filter?: string;
+            };
+            header?: never;
+            path: {
+                /** @description webhookSubscriptions/{subscription} */
+                parent: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["gpuplane.v1.ListWebhookDeliveriesResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    WebhookService_UpdateWebhookSubscription: {
+        parameters: {
+            query?: {
+                /** @description Paths: display_name, url, event_types, disabled. */
+                updateMask?: string;
+            };
+            header?: never;
+            path: {
+                /** @description webhookSubscriptions/{subscription}; the id is a DNS-1123 label. */
+                "webhook_subscription.name": string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["gpuplane.v1.WebhookSubscription"];
+            };
+        };
+        responses: {
+            /**
+             * @description WebhookSubscription sends the events of a team, a department or the
+             *     whole platform to an HTTPS endpoint as CloudEvents 1.0 (structured JSON),
+             *     signed per Standard Webhooks (docs/events.md). Delivery is at least once,
+             *     in order per object, retried with exponential backoff; a run of failed
+             *     deliveries disables the subscription (event webhook.disabled).
+             *
+             *     Team subscriptions are managed by the team's owners and department admins,
+             *     department subscriptions by department admins, platform subscriptions by
+             *     platform admins; others get NOT_FOUND.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["gpuplane.v1.WebhookSubscription"];
                 };
             };
             /** @description An unexpected error response. */
