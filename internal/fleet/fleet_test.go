@@ -171,8 +171,9 @@ func TestHostClusterLifecycle(t *testing.T) {
 		"hostClusters/east still hosts 2 virtual cluster(s): teams/s/virtualClusters/vc-a, teams/s/virtualClusters/vc-b")
 	// A pending request naming it counts too.
 	f.must(f.tx(func(ctx context.Context, tx *store.Tx) error {
-		return virtualcluster.InsertPending(ctx, tx, "s", "vc-c", virtualcluster.Spec{Quota: gpus(1, 1),
+		_, err := virtualcluster.InsertPending(ctx, tx, "s", "vc-c", virtualcluster.Spec{Quota: gpus(1, 1),
 			Placement: virtualcluster.Placement{HostCluster: "east"}})
+		return err
 	}))
 	for _, id := range []string{"vc-a", "vc-b"} {
 		f.must(f.tx(func(ctx context.Context, tx *store.Tx) error {
