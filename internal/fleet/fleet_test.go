@@ -183,7 +183,8 @@ func TestHostClusterLifecycle(t *testing.T) {
 	}
 	wantErr(t, del(), errs.KindFailedPrecondition, errs.ReasonHasChildren, "teams/s/virtualClusters/vc-c")
 	f.must(f.tx(func(ctx context.Context, tx *store.Tx) error {
-		return virtualcluster.RejectPending(ctx, tx, "vc-c", "no")
+		_, _, err := virtualcluster.RejectPending(ctx, tx, "vc-c", "no")
+		return err
 	}))
 	if err := del(); err != nil {
 		t.Fatalf("delete once nothing runs there: %v", err)
