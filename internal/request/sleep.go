@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/internal/audit"
 	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/eventtype"
 	"github.com/gpuplane/gpuplane/internal/fleet"
 	"github.com/gpuplane/gpuplane/internal/quota"
 	"github.com/gpuplane/gpuplane/internal/reqctx"
@@ -110,9 +111,14 @@ func setSleep(ctx context.Context, tx *store.Tx, fl *fleet.Service, actor reqctx
 	if err := workqueue.Enqueue(ctx, tx, vc.ID); err != nil {
 		return vc, err
 	}
+	// Watchers see it as any other change of the virtual cluster.
+	typ := eventtype.VirtualClusterPhaseChanged
+	if after.Phase == vc.Phase {
+		typ = eventtype.VirtualClusterUpdated
+	}
 	return after, audit.Record(ctx, tx, audit.Event{
 		Actor: actor, Action: action, Resource: vc.Name(),
-		Department: team.Department, Team: vc.Team, Before: vc.Snapshot(), After: after.Snapshot(),
+		Department: team.Department, Team: vc.Team, Before: vc.Snapshot(), After: after.Snapshot(), EventType: typ,
 	})
 }
 
