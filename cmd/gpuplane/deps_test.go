@@ -69,7 +69,7 @@ const module = "github.com/gpuplane/gpuplane/"
 // nothing of gRPC, HTTP or Kubernetes themselves.
 func TestLayers(t *testing.T) {
 	apiLayer := []string{module + "api/gpuplane/v1", module + "internal/server"}
-	domain := []string{"internal/reqctx", "internal/store", "internal/audit", "internal/virtualcluster", "internal/tenancy",
+	domain := []string{"internal/reqctx", "internal/store", "internal/audit", "internal/virtualcluster", "internal/tenancy", "internal/fleet",
 		"internal/request", "internal/workqueue", "internal/quota", "internal/policy", "internal/jsonshape"}
 	for _, pkg := range append([]string{"internal/reconcile"}, domain...) {
 		for _, dep := range goList(t, "-deps", module+pkg) {

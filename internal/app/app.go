@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/rest"
 
+	"github.com/gpuplane/gpuplane/internal/fleet"
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/identity"
 	"github.com/gpuplane/gpuplane/internal/quota"
@@ -55,11 +56,17 @@ type App struct {
 	server   *server.Server
 	Tenancy  *tenancy.Service
 	Requests *request.Service
+	Fleet    *fleet.Service
 	API      *api.API
-	Host     *hostcluster.Client // nil without a host cluster
-	Worker   *reconcile.Worker   // nil unless cfg.RunWorker
-	feed     *feed
-	closers  []func()
+	// Host is the host cluster gpuplane runs in (host cluster "default"
+	// after migration 000008); nil without one.
+	Host *hostcluster.Client
+	// HostClusters reaches the other host clusters through their
+	// kubeconfig Secrets; nil without a host cluster.
+	HostClusters *hostcluster.Registry
+	Worker       *reconcile.Worker // nil unless cfg.RunWorker
+	feed         *feed
+	closers      []func()
 }
 
 // NewLogger builds the slog logger the configuration asks for.
@@ -133,23 +140,26 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 			return nil, err
 		}
 	}
+	var hs hosts
 	if rc != nil {
-		if a.Host, err = newHostClient(rc, cfg, a.log, tp); err != nil {
+		if hs, err = newHosts(rc, cfg, a.log, tp); err != nil {
 			return nil, err
 		}
+		a.Host, a.HostClusters = hs.home, hs.registry
 	}
 	if cfg.RunWorker {
 		if a.Host == nil {
 			return nil, errors.New("--run-worker needs a host cluster (--kubeconfig, KUBECONFIG or in-cluster config)")
 		}
-		a.Worker = reconcile.New(a.db, a.Host, a.log, reconcile.Config{Concurrency: cfg.WorkerConcurrency, Resync: cfg.ResyncInterval,
-			ProvisioningDeadline: cfg.ProvisioningDeadline,
-			Metrics:              reg, TracerProvider: tp})
+		a.Worker = reconcile.New(a.db, a.Host, a.log, workerConfig(cfg, hs, reg, tp))
 	}
 
+	// With a host cluster, capacity is what the worker observes on every
+	// host cluster; without one, the static capacity from configuration.
 	capacity := opts.Capacity
-	if capacity == nil && a.Host != nil {
-		capacity = &nodeCapacity{host: a.Host, ttl: 15 * time.Second}
+	observedCapacity := capacity == nil && a.Host != nil
+	if observedCapacity {
+		capacity = fleet.ObservedCapacity{DB: a.db}
 	}
 	if capacity == nil {
 		var v []string
@@ -180,7 +190,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		return nil, err
 	}
 	a.Tenancy = tenancy.NewService(capacity, cfg.Overcommit, request.TeamHistory{})
-	a.Requests = request.NewService(a.db, a.Tenancy, versions, a.log, opts.Now)
+	a.Fleet = fleet.NewService(cfg.Overcommit, observedCapacity)
+	a.Requests = request.NewService(a.db, a.Tenancy, a.Fleet, versions, a.log, opts.Now)
 
 	// Listen on the gRPC port before building the handlers: kubeconfigs
 	// name the API address, by default the bound one.
@@ -195,9 +206,9 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 	}
 	kubeconfigs := opts.Kubeconfigs
 	if kubeconfigs == nil && a.Host != nil {
-		kubeconfigs = a.Host
+		kubeconfigs = fleetKubeconfigs{db: a.db, hosts: hs}
 	}
-	a.API = api.New(api.Deps{DB: a.db, Tenancy: a.Tenancy, Requests: a.Requests, PlatformAdminGroups: cfg.AdminGroups(),
+	a.API = api.New(api.Deps{DB: a.db, Tenancy: a.Tenancy, Requests: a.Requests, Fleet: a.Fleet, PlatformAdminGroups: cfg.AdminGroups(),
 		Kubeconfigs: kubeconfigs, APIEndpoint: apiEndpoint, Log: a.log,
 		Events: a.feed.hub, WatchHeartbeat: cfg.WatchHeartbeat, Webhooks: api.WebhookDeps{URLs: a.feed.urls}})
 	a.server, err = server.New(ctx, server.Config{
@@ -213,6 +224,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 			VirtualCluster: &api.VirtualClusters{API: a.API},
 			Requests:       &api.Requests{API: a.API},
 			Policies:       &api.Policies{API: a.API},
+			HostClusters:   &api.HostClusters{API: a.API},
 			Watch:          &api.Watches{API: a.API},
 			Webhooks:       &api.Webhooks{API: a.API},
 		},

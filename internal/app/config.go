@@ -52,7 +52,7 @@ type Config struct {
 
 	PlatformAdminGroups string `flag:"platform-admin-groups" help:"comma-separated OIDC groups whose members are platform admins"`
 
-	CapacityGPU    string  `flag:"capacity-gpu" help:"static host capacity: GPUs (used only without a host cluster; with one, nodes are read)"`
+	CapacityGPU    string  `flag:"capacity-gpu" help:"static host capacity: GPUs (used only without a host cluster; with one, the worker reads every host cluster's nodes)"`
 	CapacityCPU    string  `flag:"capacity-cpu" help:"static host capacity: CPU (e.g. 256 or 500m)"`
 	CapacityMemory string  `flag:"capacity-memory" help:"static host capacity: memory (e.g. 2Ti)"`
 	Overcommit     float64 `flag:"overcommit" help:"sum of department budgets may reach host capacity x this ratio"`
@@ -74,6 +74,14 @@ type Config struct {
 	ExposureClass        string        `flag:"vcluster-ingress-class" help:"ingressClassName of the virtual API servers' Ingresses (empty: the cluster default)"`
 	ExposureAnnots       string        `flag:"vcluster-exposure-annotations" help:"comma-separated key=value annotations for the control plane Service (LoadBalancer, NodePort) or Ingress (empty for Ingress: ingress-nginx TLS passthrough)"`
 	TenantIngressNS      string        `flag:"tenant-ingress-namespaces" help:"comma-separated namespaces whose pods may connect to tenant pods and virtual API servers (ingress controller, monitoring, gpuplane's own for the worker)"`
+
+	// Many host clusters (internal/fleet): the one gpuplane runs in is
+	// host cluster "default"; others are reached through kubeconfig
+	// Secrets in this namespace.
+	HostClusterSecretNamespace string        `flag:"host-cluster-secret-namespace" help:"namespace (on the cluster gpuplane runs in) of the Secrets holding other host clusters' kubeconfigs"`
+	HostClusterConcurrency     int           `flag:"host-cluster-concurrency" help:"most virtual clusters of one host cluster a worker reconciles at once (0: all of --worker-concurrency with one host cluster, half with more), so a slow or unreachable host cluster never blocks the others"`
+	HostClusterProbeInterval   time.Duration `flag:"host-cluster-probe-interval" help:"how often the worker probes every host cluster (health, Kubernetes and KAI versions, capacity per node pool)"`
+	HostClusterTimeout         time.Duration `flag:"host-cluster-timeout" help:"longest a single request to a host cluster's API server may take"`
 
 	KAINodePoolLabel string `flag:"kai-node-pool-label" help:"KAI's node-pool label key (its global.nodePoolLabelKey): every gpuplane node pool becomes a KAI node pool, so fair share stays inside each pool; empty: one KAI scheduler for all pools"`
 
@@ -112,50 +120,53 @@ type Config struct {
 // Defaults are the embedded defaults.
 func Defaults() Config {
 	return Config{
-		GRPCAddr:                 ":9090",
-		HTTPAddr:                 ":8080",
-		MaxRequestBytes:          1 << 20,
-		CORSMaxAge:               10 * time.Minute,
-		DatabaseMaxConns:         20,
-		OIDCClientID:             "gpuplane",
-		OIDCUsernameClaim:        "email",
-		OIDCGroupsClaim:          "groups",
-		OIDCKeyRefetchInterval:   10 * time.Second,
-		PlatformAdminGroups:      "platform-admins",
-		CapacityGPU:              "0",
-		CapacityCPU:              "0",
-		CapacityMemory:           "0",
-		Overcommit:               1.0,
-		DefaultChartVersion:      "0.36.1",
-		VClusterChartVersions:    "0.36.1,0.20.0",
-		Exposure:                 "ClusterIP",
-		WorkerConcurrency:        4,
-		ResyncInterval:           5 * time.Minute,
-		ProvisioningDeadline:     reconcile.DefaultProvisioningDeadline,
-		MetricsAddr:              ":8081",
-		VClusterChartRepo:        "https://charts.loft.sh",
-		SharedPodSecurity:        hostcluster.PodSecurityBaseline,
-		DedicatedPodSecurity:     hostcluster.PodSecurityBaseline,
-		SharedPriorityClasses:    "train,build-preemptible",
-		DedicatedPriorityClasses: "train,build-preemptible,build,inference",
-		SharedPreemptibility:     "preemptible",
-		DedicatedPreemptibility:  "preemptible,non-preemptible",
-		OIDCUsernamePrefix:       "oidc:",
-		OIDCGroupsPrefix:         "oidc:",
-		EventRetention:           7 * 24 * time.Hour,
-		WatchMaxPerUser:          16,
-		WatchHeartbeat:           15 * time.Second,
-		RunWebhooks:              true,
-		WebhookDisableAfter:      15,
-		WebhookMaxAttempts:       12,
-		WebhookBackoffBase:       5 * time.Second,
-		WebhookBackoffMax:        time.Hour,
-		WebhookTimeout:           10 * time.Second,
-		WebhookDeliveryHistory:   7 * 24 * time.Hour,
-		ExpiryInterval:           time.Minute,
-		ShutdownTimeout:          20 * time.Second,
-		LogFormat:                "json",
-		LogLevel:                 "info",
+		GRPCAddr:                   ":9090",
+		HTTPAddr:                   ":8080",
+		MaxRequestBytes:            1 << 20,
+		CORSMaxAge:                 10 * time.Minute,
+		DatabaseMaxConns:           20,
+		OIDCClientID:               "gpuplane",
+		OIDCUsernameClaim:          "email",
+		OIDCGroupsClaim:            "groups",
+		OIDCKeyRefetchInterval:     10 * time.Second,
+		PlatformAdminGroups:        "platform-admins",
+		CapacityGPU:                "0",
+		CapacityCPU:                "0",
+		CapacityMemory:             "0",
+		Overcommit:                 1.0,
+		DefaultChartVersion:        "0.36.1",
+		VClusterChartVersions:      "0.36.1,0.20.0",
+		Exposure:                   "ClusterIP",
+		WorkerConcurrency:          4,
+		ResyncInterval:             5 * time.Minute,
+		ProvisioningDeadline:       reconcile.DefaultProvisioningDeadline,
+		MetricsAddr:                ":8081",
+		HostClusterSecretNamespace: "gpuplane-system",
+		HostClusterProbeInterval:   15 * time.Second,
+		HostClusterTimeout:         30 * time.Second,
+		VClusterChartRepo:          "https://charts.loft.sh",
+		SharedPodSecurity:          hostcluster.PodSecurityBaseline,
+		DedicatedPodSecurity:       hostcluster.PodSecurityBaseline,
+		SharedPriorityClasses:      "train,build-preemptible",
+		DedicatedPriorityClasses:   "train,build-preemptible,build,inference",
+		SharedPreemptibility:       "preemptible",
+		DedicatedPreemptibility:    "preemptible,non-preemptible",
+		OIDCUsernamePrefix:         "oidc:",
+		OIDCGroupsPrefix:           "oidc:",
+		EventRetention:             7 * 24 * time.Hour,
+		WatchMaxPerUser:            16,
+		WatchHeartbeat:             15 * time.Second,
+		RunWebhooks:                true,
+		WebhookDisableAfter:        15,
+		WebhookMaxAttempts:         12,
+		WebhookBackoffBase:         5 * time.Second,
+		WebhookBackoffMax:          time.Hour,
+		WebhookTimeout:             10 * time.Second,
+		WebhookDeliveryHistory:     7 * 24 * time.Hour,
+		ExpiryInterval:             time.Minute,
+		ShutdownTimeout:            20 * time.Second,
+		LogFormat:                  "json",
+		LogLevel:                   "info",
 	}
 }
 

@@ -6,17 +6,16 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
-	"time"
 
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gpuplane/gpuplane/internal/fleet"
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
-	"github.com/gpuplane/gpuplane/internal/quota"
-	"github.com/gpuplane/gpuplane/internal/tenancy"
+	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/vclusterversions"
+	"github.com/gpuplane/gpuplane/internal/virtualcluster"
 )
 
 // hostConfig returns the host cluster's REST config, or nil when none is
@@ -39,16 +38,16 @@ func hostConfig(cfg Config) (*rest.Config, error) {
 	return nil, nil
 }
 
-func newHostClient(rc *rest.Config, cfg Config, log *slog.Logger, tp trace.TracerProvider) (*hostcluster.Client, error) {
-	rc = rest.CopyConfig(rc)
-	rc.QPS, rc.Burst = 50, 100
+// hostOptions are the settings every host cluster's client is built with
+// (the tier profiles, exposure, OIDC and chart source are platform-wide).
+func hostOptions(cfg Config, log *slog.Logger, tp trace.TracerProvider) (hostcluster.Options, error) {
 	profiles, err := cfg.TierProfiles()
 	if err != nil {
-		return nil, err
+		return hostcluster.Options{}, err
 	}
 	annotations, err := keyValues("vcluster-exposure-annotations", cfg.ExposureAnnots)
 	if err != nil {
-		return nil, err
+		return hostcluster.Options{}, err
 	}
 	settings := hostcluster.Settings{
 		KubeconfigServer:  cfg.KubeconfigServer,
@@ -59,11 +58,11 @@ func newHostClient(rc *rest.Config, cfg Config, log *slog.Logger, tp trace.Trace
 			IngressClassName: cfg.ExposureClass, Annotations: annotations},
 	}
 	if err := settings.Exposure.Validate(); err != nil {
-		return nil, fmt.Errorf("invalid configuration: %w", err)
+		return hostcluster.Options{}, fmt.Errorf("invalid configuration: %w", err)
 	}
 	oidc, err := vclusterOIDC(cfg)
 	if err != nil {
-		return nil, err
+		return hostcluster.Options{}, err
 	}
 	if oidc.Enabled() && !strings.HasPrefix(oidc.IssuerURL, "https://") {
 		// kube-apiserver refuses a non-https issuer and would not start; the
@@ -72,13 +71,96 @@ func newHostClient(rc *rest.Config, cfg Config, log *slog.Logger, tp trace.Trace
 		oidc = hostcluster.OIDCSettings{}
 	}
 	if err := oidc.Validate(); err != nil {
-		return nil, err
+		return hostcluster.Options{}, err
 	}
 	settings.OIDC = oidc
 	if settings.Chart, err = chartSource(cfg); err != nil {
+		return hostcluster.Options{}, err
+	}
+	return hostcluster.Options{Settings: settings, Logger: log, TracerProvider: tp}, nil
+}
+
+// tuneHostConfig sets what every host cluster's REST config gets: rate
+// limits and the longest a single request may take, so an API server that
+// hangs fails the reconcile instead of holding it.
+func tuneHostConfig(cfg Config) func(*rest.Config) {
+	return func(rc *rest.Config) {
+		rc.QPS, rc.Burst = 50, 100
+		if cfg.HostClusterTimeout > 0 {
+			rc.Timeout = cfg.HostClusterTimeout
+		}
+	}
+}
+
+// hosts are the clients of the host clusters: the one gpuplane runs in,
+// and a registry of the others (built from their kubeconfig Secrets).
+type hosts struct {
+	home     *hostcluster.Client
+	registry *hostcluster.Registry
+}
+
+func newHosts(rc *rest.Config, cfg Config, log *slog.Logger, tp trace.TracerProvider) (hosts, error) {
+	opts, err := hostOptions(cfg, log, tp)
+	if err != nil {
+		return hosts{}, err
+	}
+	rc = rest.CopyConfig(rc)
+	tuneHostConfig(cfg)(rc)
+	home, err := hostcluster.New(rc, opts)
+	if err != nil {
+		return hosts{}, err
+	}
+	registry, err := hostcluster.NewRegistry(rc, cfg.HostClusterSecretNamespace, opts, tuneHostConfig(cfg))
+	if err != nil {
+		return hosts{}, err
+	}
+	return hosts{home: home, registry: registry}, nil
+}
+
+// client is the client of one host cluster.
+func (h hosts) client(ctx context.Context, hc fleet.HostCluster) (*hostcluster.Client, error) {
+	if hc.Connection.InCluster {
+		return h.home, nil
+	}
+	return h.registry.Client(ctx, hostcluster.Target{ID: hc.ID, SecretName: hc.Connection.Secret, SecretKey: hc.Connection.Key})
+}
+
+// fleetKubeconfigs reads a virtual cluster's CA and admin kubeconfig from
+// the host cluster it runs on (api.Kubeconfigs).
+type fleetKubeconfigs struct {
+	db    store.Querier
+	hosts hosts
+}
+
+func (f fleetKubeconfigs) clientOf(ctx context.Context, vcID string) (*hostcluster.Client, error) {
+	vc, err := virtualcluster.Get(ctx, f.db, vcID, false)
+	if err != nil {
 		return nil, err
 	}
-	return hostcluster.New(rc, hostcluster.Options{Settings: settings, Logger: log, TracerProvider: tp})
+	if vc.HostCluster == "" {
+		return nil, fmt.Errorf("virtual cluster %s is not placed on a host cluster", vcID)
+	}
+	hc, err := fleet.Get(ctx, f.db, vc.HostCluster, false)
+	if err != nil {
+		return nil, err
+	}
+	return f.hosts.client(ctx, hc)
+}
+
+func (f fleetKubeconfigs) VirtualClusterCA(ctx context.Context, vcID string) ([]byte, error) {
+	c, err := f.clientOf(ctx, vcID)
+	if err != nil {
+		return nil, err
+	}
+	return c.VirtualClusterCA(ctx, vcID)
+}
+
+func (f fleetKubeconfigs) AdminKubeconfig(ctx context.Context, vcID string) ([]byte, error) {
+	c, err := f.clientOf(ctx, vcID)
+	if err != nil {
+		return nil, err
+	}
+	return c.AdminKubeconfig(ctx, vcID)
 }
 
 // chartSource reads --vcluster-chart-dir (version=dir pairs) and
@@ -119,47 +201,4 @@ func vclusterOIDC(cfg Config) (hostcluster.OIDCSettings, error) {
 		o.CACertPEM = ca
 	}
 	return o, nil
-}
-
-// nodeCapacity reads host capacity per node pool from the nodes, cached
-// briefly because every approval asks for it. The total (the cluster level
-// of the fit check) and each pool (the level a team's quota is carved from)
-// come from the same read.
-type nodeCapacity struct {
-	host *hostcluster.Client
-	ttl  time.Duration
-
-	mu      sync.Mutex
-	at      time.Time
-	cached  map[string]quota.Resources
-	lastErr error
-}
-
-var _ tenancy.PoolCapacitySource = (*nodeCapacity)(nil)
-
-func (n *nodeCapacity) PoolCapacity(ctx context.Context) (map[string]quota.Resources, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if time.Since(n.at) < n.ttl && n.lastErr == nil {
-		return n.cached, nil
-	}
-	pools, err := n.host.Capacity(ctx)
-	if err != nil {
-		n.lastErr = err
-		return nil, err
-	}
-	out := make(map[string]quota.Resources, len(pools))
-	for name, q := range pools {
-		out[name] = quota.Resources{GPU: quota.GPU(q.GPUCenti), CPUMillis: q.CPUMillis, MemoryBytes: q.MemoryBytes}
-	}
-	n.cached, n.at, n.lastErr = out, time.Now(), nil
-	return out, nil
-}
-
-func (n *nodeCapacity) Capacity(ctx context.Context) (quota.Resources, error) {
-	pools, err := n.PoolCapacity(ctx)
-	if err != nil {
-		return quota.Resources{}, err
-	}
-	return tenancy.StaticPoolCapacity(pools).Capacity(ctx)
 }

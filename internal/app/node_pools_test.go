@@ -76,7 +76,7 @@ func TestTeamQuotaFitsItsNodePool(t *testing.T) {
 	wantRefused(err, codes.FailedPrecondition, `node pool "gpu-h100" is already dedicated to another team`)
 	_, err = create("alice", "nlp", pb.IsolationTier_SHARED, "gpu-h100", "1")
 	st := apiWantCode(t, err, codes.InvalidArgument)
-	if v := apiViolations(t, st)["team.node_pool"]; !strings.Contains(v, "only DEDICATED teams have a node pool of their own") {
+	if v := apiViolations(t, st)["team.node_pool"]; !strings.Contains(v, "only DEDICATED and SANDBOX teams have a node pool of their own") {
 		t.Errorf("team.node_pool violation %q", v)
 	}
 	_, err = create("alice", "nlp", pb.IsolationTier_DEDICATED, names.SharedPool, "1")

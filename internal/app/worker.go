@@ -9,6 +9,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/gpuplane/gpuplane/internal/reconcile"
 	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/telemetry"
@@ -61,7 +64,7 @@ func NewWorker(ctx context.Context, cfg Config, opts Options) (_ *WorkerProcess,
 	if rc == nil {
 		return nil, errors.New("the worker needs a host cluster (--kubeconfig, KUBECONFIG or in-cluster config)")
 	}
-	host, err := newHostClient(rc, cfg, p.log, tp)
+	hs, err := newHosts(rc, cfg, p.log, tp)
 	if err != nil {
 		return nil, err
 	}
@@ -70,9 +73,7 @@ func NewWorker(ctx context.Context, cfg Config, opts Options) (_ *WorkerProcess,
 	}
 	db := p.feed.db
 	reg := newRegistry(db, p.log)
-	p.Worker = reconcile.New(db, host, p.log, reconcile.Config{Concurrency: cfg.WorkerConcurrency, Resync: cfg.ResyncInterval,
-		ProvisioningDeadline: cfg.ProvisioningDeadline,
-		Metrics:              reg, TracerProvider: tp})
+	p.Worker = reconcile.New(db, hs.home, p.log, workerConfig(cfg, hs, reg, tp))
 	if cfg.MetricsAddr != "" {
 		if p.lis, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
 			return nil, fmt.Errorf("listen metrics on %s: %w", cfg.MetricsAddr, err)
@@ -80,6 +81,14 @@ func NewWorker(ctx context.Context, cfg Config, opts Options) (_ *WorkerProcess,
 		p.metrics = telemetry.NewMetricsServer(reg, p.log)
 	}
 	return p, nil
+}
+
+// workerConfig is the worker's configuration (for serve --run-worker and
+// gpuplane worker alike).
+func workerConfig(cfg Config, hs hosts, reg prometheus.Registerer, tp trace.TracerProvider) reconcile.Config {
+	return reconcile.Config{Concurrency: cfg.WorkerConcurrency, Resync: cfg.ResyncInterval, Metrics: reg, TracerProvider: tp,
+		Hosts: reconcile.Registry(hs.registry), HostClusterConcurrency: cfg.HostClusterConcurrency,
+		ObserveInterval: cfg.HostClusterProbeInterval, ProvisioningDeadline: cfg.ProvisioningDeadline}
 }
 
 // MetricsAddr is the bound metrics address ("" without a listener).

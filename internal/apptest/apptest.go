@@ -79,8 +79,12 @@ type Env struct {
 type Options struct {
 	Seed     bool // create the demo department, teams and members
 	Capacity tenancy.CapacitySource
-	Now      func() time.Time
-	Config   func(*app.Config)
+	// ObservedCapacity leaves capacity to what the worker observes on the
+	// host clusters (as `gpuplane serve` with a host cluster does) instead
+	// of the demo's static capacity. It needs HostConfig.
+	ObservedCapacity bool
+	Now              func() time.Time
+	Config           func(*app.Config)
 	// HostConfig, when set, is the host cluster the server uses (e.g. an
 	// envtest API server). The vCluster charts then come from the Go module
 	// cache (internal/devenv/vclusterchart) unless Config sets
@@ -117,7 +121,7 @@ func Start(t testing.TB, o Options) *Env {
 	cfg.ExpiryInterval = 0
 	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.LogLevel = "error"
-	if o.Capacity == nil {
+	if o.Capacity == nil && !o.ObservedCapacity {
 		o.Capacity = tenancy.StaticCapacity(devenv.DemoCapacity)
 	}
 	cfg.RunWorker = o.RunWorker

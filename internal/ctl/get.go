@@ -86,6 +86,10 @@ func requestTarget(r *pb.Request) (target string, q *pb.Quota) {
 		return lastSegment(p.DeleteVirtualCluster.GetVirtualCluster()), nil
 	case *pb.Request_ChangeVirtualClusterVersion:
 		return lastSegment(p.ChangeVirtualClusterVersion.GetVirtualCluster()), nil
+	case *pb.Request_SleepVirtualCluster:
+		return lastSegment(p.SleepVirtualCluster.GetVirtualCluster()), nil
+	case *pb.Request_WakeVirtualCluster:
+		return lastSegment(p.WakeVirtualCluster.GetVirtualCluster()), nil
 	}
 	return "-", nil
 }

@@ -26,6 +26,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	issuerAddr := fs.String("issuer-addr", DefaultIssuerAddr, "dev OIDC issuer listen address")
+	second := fs.Bool("second-host-cluster", false, "also start a second local host cluster and register it as host cluster "+SecondHostCluster+
+		" (SHARED tier, region=us-east), reached through a kubeconfig Secret")
 	fail := func(err error) int {
 		if err == nil || errors.Is(err, context.Canceled) {
 			return 0
@@ -63,7 +65,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gpuplane-dev: unexpected argument %q\n\n%s", fs.Arg(0), usage)
 		return 2
 	}
-	return fail(Run(ctx, Options{Config: cfg, IssuerAddr: *issuerAddr, Out: stdout, ConfigOut: stderr}))
+	return fail(Run(ctx, Options{Config: cfg, IssuerAddr: *issuerAddr, Out: stdout, ConfigOut: stderr, SecondHostCluster: *second}))
 }
 
 // parseFailure is the exit code of a flag parse error: -h/--help printed

@@ -40,6 +40,9 @@ type Options struct {
 	// redacted), printed once dev mode has filled in what it starts itself:
 	// database, issuer, host cluster, charts.
 	ConfigOut io.Writer
+	// SecondHostCluster starts a second local host cluster and registers
+	// it as host cluster gpu-east (reached through a kubeconfig Secret).
+	SecondHostCluster bool
 }
 
 // Run starts everything dev mode needs and serves until ctx ends.
@@ -97,6 +100,9 @@ func Run(ctx context.Context, o Options) error {
 		if err := CreateNodes(ctx, kube, DemoNodes); err != nil {
 			return err
 		}
+		if err := KAIStandIn(ctx, kube); err != nil {
+			return err
+		}
 		kubeconfig := filepath.Join(DevStateDir(), "kubeconfig")
 		if err := env.WriteKubeconfig(kubeconfig); err != nil {
 			return err
@@ -105,6 +111,36 @@ func Run(ctx context.Context, o Options) error {
 		opts.HostConfig = env.RESTConfig()
 		cfg.Kubeconfig = kubeconfig // the same cluster, for the printed configuration
 		go SimulateControlPlanes(ctx, env.RESTConfig(), 2*time.Second, func(f string, a ...any) { logger.Warn(fmt.Sprintf(f, a...)) })
+		if o.SecondHostCluster {
+			say("starting a second local host cluster (%s)...", SecondHostCluster)
+			second, err := envtestenv.Start(ctx, envtestenv.Options{Logf: func(f string, a ...any) { logger.Debug(fmt.Sprintf(f, a...)) }})
+			if err != nil {
+				return fmt.Errorf("second host cluster: %w", err)
+			}
+			defer second.Stop()
+			kube2, err := kubernetes.NewForConfig(second.RESTConfig())
+			if err != nil {
+				return err
+			}
+			if err := CreateNodes(ctx, kube2, SecondClusterNodes); err != nil {
+				return err
+			}
+			if err := KAIStandIn(ctx, kube2); err != nil {
+				return err
+			}
+			if err := StoreKubeconfigSecret(ctx, kube, cfg.HostClusterSecretNamespace, DevKubeconfigSecret, second.Kubeconfig()); err != nil {
+				return fmt.Errorf("second host cluster's kubeconfig Secret: %w", err)
+			}
+			kubeconfig2 := filepath.Join(DevStateDir(), "kubeconfig-"+SecondHostCluster)
+			if err := second.WriteKubeconfig(kubeconfig2); err != nil {
+				return err
+			}
+			say("second host cluster ready: KUBECONFIG=%s kubectl get nodes,queues (its kubeconfig is Secret %s/%s on the first)",
+				kubeconfig2, cfg.HostClusterSecretNamespace, DevKubeconfigSecret)
+			go SimulateControlPlanes(ctx, second.RESTConfig(), 2*time.Second, func(f string, a ...any) { logger.Warn(fmt.Sprintf(f, a...)) })
+		}
+	} else if o.SecondHostCluster {
+		return fmt.Errorf("--second-host-cluster starts a local cluster beside the local one; it cannot be used with --kubeconfig")
 	}
 	cfg.RunWorker = true
 	if cfg.WebhookHTTPHosts == "" && cfg.WebhookAllowedCIDRs == "" {
@@ -131,6 +167,15 @@ func Run(ctx context.Context, o Options) error {
 	a, err := app.New(ctx, cfg, opts)
 	if err != nil {
 		return err
+	}
+	if err := SeedFleet(ctx, a.API, o.SecondHostCluster); err != nil {
+		return fmt.Errorf("seed host clusters: %w", err)
+	}
+	// Capacity is what the worker observes on the host clusters: look once
+	// before the demo department's budget is checked against it.
+	say("observing the host clusters (nodes, capacity per pool, versions)...")
+	if err := a.Worker.ObserveHostClusters(ctx); err != nil {
+		return fmt.Errorf("observe host clusters: %w", err)
 	}
 	if err := Seed(ctx, a.API); err != nil {
 		return fmt.Errorf("seed demo data: %w", err)

@@ -146,11 +146,13 @@ func MarkControlPlaneReady(ctx context.Context, kube kubernetes.Interface, sts *
 // envtest), the Secret holds that one, so whatever gpuplane does inside the
 // virtual cluster really happens; otherwise a self-signed stand-in.
 func MarkControlPlaneReadyWith(ctx context.Context, kube kubernetes.Interface, sts *appsv1.StatefulSet, virtualKubeconfig []byte) error {
-	if sts.Status.ReadyReplicas < 1 {
-		replicas := int32(1)
-		if sts.Spec.Replicas != nil {
-			replicas = *sts.Spec.Replicas
-		}
+	replicas := int32(1)
+	if sts.Spec.Replicas != nil {
+		replicas = *sts.Spec.Replicas
+	}
+	// The StatefulSet controller's part too: scaled to zero (a sleeping
+	// virtual cluster), no replica runs.
+	if sts.Status.ReadyReplicas != replicas || sts.Status.Replicas != replicas {
 		sts.Status.Replicas, sts.Status.ReadyReplicas, sts.Status.AvailableReplicas = replicas, replicas, replicas
 		sts.Status.ObservedGeneration = sts.Generation
 		if _, err := kube.AppsV1().StatefulSets(sts.Namespace).UpdateStatus(ctx, sts, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {

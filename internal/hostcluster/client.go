@@ -202,6 +202,13 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 	}
 
 	if err := run(StepGuardrails, func(ctx context.Context) (string, error) {
+		if c.settings.Profile(vc.Tier).OwnScheduler {
+			nodes, err := c.sliceNodes(ctx, vc)
+			if err != nil {
+				return "", err
+			}
+			vc.SliceNodes = nodes
+		}
 		mutating, err := c.MutatingAdmissionPolicySupported()
 		if err != nil {
 			return "", err
@@ -252,12 +259,23 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		if err := c.checkControlPlaneAdmitted(ctx, vc); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("release %s %s (revision %d)", ReleaseName(vc.Name), r.Action, r.Revision), nil
+		detail := fmt.Sprintf("release %s %s (revision %d)", ReleaseName(vc.Name), r.Action, r.Revision)
+		if vc.Sleep {
+			n, err := c.removeWorkloadPods(ctx, vc)
+			if err != nil {
+				return detail, err
+			}
+			detail += fmt.Sprintf(", asleep: control plane scaled to zero, %d workload pods removed", n)
+		}
+		return detail, nil
 	}); err != nil {
 		return steps, err
 	}
 
 	if err := run(StepTenantAccess, func(ctx context.Context) (string, error) {
+		if vc.Sleep {
+			return "skipped: asleep (its API server is not running)", nil
+		}
 		return c.applyTenantAccess(ctx, vc)
 	}); err != nil {
 		return steps, err
@@ -478,6 +496,21 @@ type Observed struct {
 	// Allocated is the leaf queue's status.allocated; nil when KAI has not
 	// reported one.
 	Allocated *Quantities
+	// ControlPlaneStopped: the vCluster StatefulSet is scaled to zero and
+	// no replica runs (a sleeping virtual cluster).
+	ControlPlaneStopped bool
+	// WorkloadPods counts the pods the syncer created in the host
+	// namespace (label vcluster.loft.sh/managed-by=<release>) that are not
+	// already terminating.
+	WorkloadPods int
+}
+
+// Asleep reports whether the host shows vc asleep: everything Apply keeps
+// while asleep is present and in sync (the leaf queue at limit 0), the
+// control plane is stopped and no workload pod is left.
+func (o Observed) Asleep() bool {
+	return o.NamespaceExists && o.QueuesInSync() && o.GuardrailsPresent && o.NetworkPolicyPresent &&
+		o.ReleaseDeployed() && o.ReleaseUpToDate && o.ControlPlaneStopped && o.WorkloadPods == 0
 }
 
 // QueuesInSync reports whether every queue exists and matches.
@@ -614,6 +647,21 @@ func (c *Client) Observe(ctx context.Context, vc VirtualCluster) (Observed, erro
 		return o, err
 	} else if ok {
 		o.ControlPlaneReady = statefulSetReady(sts)
+		o.ControlPlaneStopped = sts.Spec.Replicas != nil && *sts.Spec.Replicas == 0 && sts.Status.Replicas == 0
+	}
+	pods, err := c.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: workloadPodSelector(vc)})
+	if err != nil {
+		return o, err
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil { // terminating ones are the kubelet's to finish
+			o.WorkloadPods++
+		}
+	}
+	if vc.Sleep {
+		// Its API server is not running: no endpoint, nothing to read
+		// inside.
+		return o, nil
 	}
 	_, err = c.kube.CoreV1().Secrets(ns).Get(ctx, KubeconfigSecretName(vc.Name), metav1.GetOptions{})
 	if o.KubeconfigSecretPresent, err = exists(err); err != nil {
@@ -626,6 +674,45 @@ func (c *Client) Observe(ctx context.Context, vc VirtualCluster) (Observed, erro
 		return o, err
 	}
 	return o, nil
+}
+
+// sliceNodes are the names of the nodes in vc's pool (label
+// <pool label>=<pool>), sorted: the only nodes a virtual cluster with its
+// own scheduler may bind pods to.
+func (c *Client) sliceNodes(ctx context.Context, vc VirtualCluster) ([]string, error) {
+	list, err := c.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: c.settings.withDefaults().PoolLabel + "=" + vc.pool()})
+	if err != nil {
+		return nil, fmt.Errorf("list the nodes of slice %s: %w", vc.pool(), err)
+	}
+	out := make([]string, 0, len(list.Items))
+	for _, n := range list.Items {
+		out = append(out, n.Name)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// workloadPodSelector matches the pods vc's syncer created on the host.
+func workloadPodSelector(vc VirtualCluster) string {
+	return vclusterMarkerLabel + "=" + ReleaseName(vc.Name)
+}
+
+// removeWorkloadPods deletes the pods vc's syncer created on the host (a
+// sleeping virtual cluster's syncer is stopped and would not), returning
+// how many were there. The control plane's own pods are the
+// StatefulSet's and are not matched.
+func (c *Client) removeWorkloadPods(ctx context.Context, vc VirtualCluster) (int, error) {
+	ns := NamespaceName(vc.Name)
+	pods, err := c.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: workloadPodSelector(vc)})
+	if err != nil {
+		return 0, fmt.Errorf("list workload pods: %w", err)
+	}
+	for _, p := range pods.Items {
+		if err := c.kube.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return 0, fmt.Errorf("remove workload pod %s: %w", p.Name, err)
+		}
+	}
+	return len(pods.Items), nil
 }
 
 func statefulSetReady(sts *appsv1.StatefulSet) bool {
@@ -899,30 +986,13 @@ func refusedByAdmission(err error) bool {
 // all nodes, grouped by the pool label (Settings.PoolLabel); nodes without
 // it are in DefaultPool.
 func (c *Client) Capacity(ctx context.Context) (map[string]Quantities, error) {
-	out := map[string]Quantities{}
-	opts := metav1.ListOptions{Limit: 500}
-	for {
-		nodes, err := c.kube.CoreV1().Nodes().List(ctx, opts)
-		if err != nil {
-			return nil, fmt.Errorf("hostcluster: list nodes: %w", err)
-		}
-		for _, n := range nodes.Items {
-			pool := n.Labels[c.settings.PoolLabel]
-			if pool == "" {
-				pool = DefaultPool
-			}
-			q := out[pool]
-			a := n.Status.Allocatable
-			if gpu, ok := a[corev1.ResourceName(NvidiaGPUResource)]; ok {
-				q.GPUCenti += gpu.Value() * 100
-			}
-			q.CPUMillis += a.Cpu().MilliValue()
-			q.MemoryBytes += a.Memory().Value()
-			out[pool] = q
-		}
-		if nodes.Continue == "" {
-			return out, nil
-		}
-		opts.Continue = nodes.Continue
+	pools, err := c.pools(ctx)
+	if err != nil {
+		return nil, err
 	}
+	out := make(map[string]Quantities, len(pools))
+	for _, p := range pools {
+		out[p.Name] = p.Capacity
+	}
+	return out, nil
 }

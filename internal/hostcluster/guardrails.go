@@ -1,6 +1,7 @@
 package hostcluster
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -261,12 +262,19 @@ func guardrailRules(vc VirtualCluster, s Settings, p TierProfile) []guardrailRul
 	}
 	pool := cel(poolLabel)
 
+	// A tier with its own scheduler: a pod that scheduler bound to a node
+	// of the slice skips KAI (the slice is the team's own nodes).
+	boundInSlice, ownSchedulerNote := "", ""
+	if p.OwnScheduler {
+		ownSchedulerNote = `; a pod its own scheduler binds may only name a node of its slice (pool ` + vc.pool() + `)`
+		boundInSlice = ` || (has(object.spec.nodeName) && object.spec.nodeName in ` + celList(append(slices.Clone(p.PresetNodeNames), vc.SliceNodes...)) + `)`
+	}
 	rules := []guardrailRule{
 		{
-			Expression: `!variables.gpuPod || (` + celKAIPod + `)`,
+			Expression: `!variables.gpuPod || (` + celKAIPod + `)` + boundInSlice,
 			Message: `'pods using GPUs must set spec.schedulerName: ` + KAISchedulerName + ` (got "' + ` +
 				`(has(object.spec.schedulerName) ? object.spec.schedulerName : 'default-scheduler') + ` +
-				`'"); other schedulers bypass the quota of queue ` + leaf + `'`,
+				`'"); other schedulers bypass the quota of queue ` + leaf + ownSchedulerNote + `'`,
 		},
 		{
 			Expression: `!(` + celHasQueue + `) || object.metadata.labels['` + KAIQueueLabel + `'] == '` + leaf + `'`,
@@ -296,15 +304,23 @@ func guardrailRules(vc VirtualCluster, s Settings, p TierProfile) []guardrailRul
 		})
 	}
 
+	presets := p.PresetNodeNames
 	nodeNameWhy := "a pod of " + who + " may not pick its node: it must go through a scheduler, so that its queue's quota and node pool apply"
 	if len(p.PresetNodeNames) > 0 {
 		nodeNameWhy = who + " may only preset node(s) " + quotedList(p.PresetNodeNames)
+	}
+	if p.OwnScheduler {
+		presets = append(slices.Clone(presets), vc.SliceNodes...)
+		nodeNameWhy = who + " runs its own scheduler on the nodes of its slice (pool " + vc.pool() + "), and may only preset those: " + quotedList(presets)
+		if len(presets) == 0 {
+			nodeNameWhy = who + " runs its own scheduler on the nodes of its slice (pool " + vc.pool() + "), which has no nodes"
+		}
 	}
 	rules = append(rules,
 		guardrailRule{
 			// On UPDATE spec.nodeName cannot change (the scheduler binds
 			// through pods/binding, which these policies do not match).
-			Expression: `variables.isUpdate || !has(object.spec.nodeName) || object.spec.nodeName == "" || object.spec.nodeName in ` + celList(p.PresetNodeNames),
+			Expression: `variables.isUpdate || !has(object.spec.nodeName) || object.spec.nodeName == "" || object.spec.nodeName in ` + celList(presets),
 			Message:    `"spec.nodeName is preset to \"" + object.spec.nodeName + "\": ` + escapeForCEL(nodeNameWhy) + `"`,
 		},
 		guardrailRule{
@@ -374,7 +390,7 @@ func guardrailRules(vc VirtualCluster, s Settings, p TierProfile) []guardrailRul
 	if own := vc.pool(); own != DefaultPool {
 		rules = append(rules, guardrailRule{
 			Expression: `!variables.fromSyncer || variables.nodeSelectorUnchanged || (has(object.spec.nodeSelector) && ` + pool + ` in object.spec.nodeSelector && ` +
-				`object.spec.nodeSelector[` + pool + `] == ` + cel(own) + `)`,
+				`object.spec.nodeSelector[` + pool + `] == ` + cel(own) + `)` + boundInSlice,
 			Message: `"pods of ` + escapeForCEL(who) + ` must carry nodeSelector ` + poolLabel + `=` + own +
 				`: they run only on the team's own node pool (the vCluster syncer adds it to every pod without a preset node)"`,
 		})

@@ -448,24 +448,7 @@ func TestHostileTenants(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%s", tc.name, tg), func(t *testing.T) {
 				got, err := runHostileCase(h, syncers[tg], e, tc)
 				r.verdicts[tg] = describeVerdict(err)
-				if want.admit {
-					if err != nil {
-						t.Fatalf("refused, want admitted: %v", err)
-					}
-					if got != nil && (got.Spec.SchedulerName == KAISchedulerName) && got.Labels[KAIQueueLabel] != e.ownQueue {
-						t.Errorf("admitted KAI pod is in queue %q, want %q", got.Labels[KAIQueueLabel], e.ownQueue)
-					}
-					return
-				}
-				if err == nil {
-					t.Fatalf("admitted, want refused with %q", want.want)
-				}
-				if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
-					t.Errorf("refused with %v, want Forbidden", err)
-				}
-				if !strings.Contains(err.Error(), want.want) {
-					t.Errorf("message\n  %s\ndoes not contain\n  %s", err, want.want)
-				}
+				checkVerdict(t, e, want, got, err)
 			})
 		}
 		report = append(report, r)
@@ -480,6 +463,29 @@ func TestHostileTenants(t *testing.T) {
 		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s |\n", i+1, r.name, r.kind, r.verdicts[0], r.verdicts[1], r.verdicts[2], r.verdicts[3])
 	}
 	checkGolden(t, h, isolationDoc, b.String())
+}
+
+// checkVerdict compares what the API server did with a case's verdict.
+func checkVerdict(t *testing.T, e hostileEnv, want verdict, got *corev1.Pod, err error) {
+	t.Helper()
+	if want.admit {
+		if err != nil {
+			t.Fatalf("refused, want admitted: %v", err)
+		}
+		if got != nil && (got.Spec.SchedulerName == KAISchedulerName) && got.Labels[KAIQueueLabel] != e.ownQueue {
+			t.Errorf("admitted KAI pod is in queue %q, want %q", got.Labels[KAIQueueLabel], e.ownQueue)
+		}
+		return
+	}
+	if err == nil {
+		t.Fatalf("admitted, want refused with %q", want.want)
+	}
+	if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
+		t.Errorf("refused with %v, want Forbidden", err)
+	}
+	if !strings.Contains(err.Error(), want.want) {
+		t.Errorf("message\n  %s\ndoes not contain\n  %s", err, want.want)
+	}
 }
 
 // assertRestrictedControlPlane: under a "restricted" tier the chart-0.36.1
@@ -661,7 +667,7 @@ func syncedPod(e hostileEnv, kind workload, workloadName string, virtual func(ho
 	}
 	p.Spec.ServiceAccountName = "vc-workload-" + e.vc.Name
 	p.Spec.AutomountServiceAccountToken = ptr.To(false)
-	if e.vc.Tier == TierDedicated {
+	if e.vc.Tier == TierDedicated || e.vc.Tier == TierSandbox {
 		if !noPin && p.Spec.NodeName == "" {
 			selectPool(e.ownPool)(e, p) // sync.fromHost.nodes.selector.labels
 		}

@@ -67,6 +67,13 @@ type TierProfile struct {
 	// ForbiddenTolerationKeys are taint keys no pod of the tier may
 	// tolerate (nodes reserved for the platform).
 	ForbiddenTolerationKeys []string
+	// OwnScheduler: the virtual cluster runs a scheduler of its own
+	// (controlPlane.distro.k8s.scheduler) over the nodes of its own pool,
+	// synced from the host by selector. The pods it binds arrive on the
+	// host with spec.nodeName preset: that is allowed for the nodes of the
+	// pool only (read from the host at every apply), and such pods need
+	// not go through KAI. Only a tier with a pool of its own may set it.
+	OwnScheduler bool
 }
 
 // systemPriorityClassPrefix starts the priority classes Kubernetes reserves
@@ -89,8 +96,12 @@ const ControlPlaneTaintKey = "node-role.kubernetes.io/control-plane"
 //   - DEDICATED: Pod Security baseline; all four KAI classes and both
 //     preemptibility values (the nodes are the team's own); no shared GPUs,
 //     because KAI does not isolate GPU memory between pods sharing a GPU.
+//   - SANDBOX: like DEDICATED (a fenced node slice of the team's own, no
+//     shared GPUs), and the virtual cluster runs its own scheduler: its
+//     pods may preset a node name, but only of a node in its slice.
 //
-// Both refuse a preset node name and tolerating the control-plane taint.
+// All refuse tolerating the control-plane taint; SHARED and DEDICATED
+// refuse every preset node name.
 func DefaultTierProfiles() map[string]TierProfile {
 	return map[string]TierProfile{
 		TierShared: {
@@ -106,6 +117,14 @@ func DefaultTierProfiles() map[string]TierProfile {
 			Preemptibility:          []string{Preemptible, NonPreemptible},
 			FractionalGPUsRefusal:   "KAI does not isolate GPU memory between pods sharing a GPU",
 			ForbiddenTolerationKeys: []string{ControlPlaneTaintKey},
+		},
+		TierSandbox: {
+			PodSecurity:             PodSecurityBaseline,
+			PriorityClasses:         []string{PriorityTrain, PriorityBuildPreemptible, PriorityBuild, PriorityInference},
+			Preemptibility:          []string{Preemptible, NonPreemptible},
+			FractionalGPUsRefusal:   "KAI does not isolate GPU memory between pods sharing a GPU",
+			ForbiddenTolerationKeys: []string{ControlPlaneTaintKey},
+			OwnScheduler:            true,
 		},
 	}
 }
@@ -141,6 +160,9 @@ func (p TierProfile) Validate(tier string) error {
 		if errs := validation.IsValidLabelValue(pool); len(errs) > 0 || pool == "" {
 			problems = append(problems, fmt.Sprintf("extra pool %q: must be a non-empty label value", pool))
 		}
+	}
+	if p.OwnScheduler && tier == TierShared {
+		problems = append(problems, "own scheduler: only a tier with a node pool of its own may run its own scheduler (its pods would bypass KAI on shared nodes)")
 	}
 	for _, k := range p.ForbiddenTolerationKeys {
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {

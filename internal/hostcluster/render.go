@@ -75,7 +75,11 @@ func RenderQueues(vc VirtualCluster, s Settings) []*unstructured.Unstructured {
 	d := base(dept, LevelDepartment, vc.Department, "", vc.DepartmentQueue)
 	t := base(team, LevelTeam, vc.Department+"/"+vc.Team, dept, vc.TeamQueue)
 	unstructured.SetNestedField(t.Object, vc.Team, "metadata", "labels", LabelTeam)
-	l := base(LeafQueueName(vc.Name), LevelLeaf, vc.Name, team, vc.Leaf)
+	leaf := vc.Leaf
+	if vc.Sleep {
+		leaf = SleepingLeaf(vc.Leaf)
+	}
+	l := base(LeafQueueName(vc.Name), LevelLeaf, vc.Name, team, leaf)
 	unstructured.SetNestedField(l.Object, vc.Team, "metadata", "labels", LabelTeam)
 	unstructured.SetNestedField(l.Object, vc.Name, "metadata", "labels", LabelVirtualCluster)
 	unstructured.SetNestedField(l.Object, fmt.Sprint(vc.Generation), "metadata", "annotations", AnnotationGen)

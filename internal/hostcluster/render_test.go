@@ -20,8 +20,11 @@ const gib = int64(1) << 30
 
 func testVC(name, team, dept, tier string) VirtualCluster {
 	pool := ""
-	if tier == TierDedicated {
+	switch tier {
+	case TierDedicated:
 		pool = names.DedicatedPool(team)
+	case TierSandbox:
+		pool = names.SandboxPool(team)
 	}
 	return VirtualCluster{
 		Name: name, Team: team, Department: dept, Tier: tier, Pool: pool,

@@ -78,6 +78,23 @@ type VirtualCluster struct {
 	ChartVersion        string
 	Generation          int64
 	Members             []Member // for later OIDC RBAC inside the vcluster
+	// SliceNodes are the nodes of the virtual cluster's pool as the host
+	// shows them, for tiers whose virtual clusters run their own scheduler
+	// (TierProfile.OwnScheduler): its pods may preset only these node
+	// names. Apply fills it in; callers leave it empty.
+	SliceNodes []string
+	// Sleep: the control plane is scaled to zero, the workload pods the
+	// syncer created are removed and the leaf queue admits nothing (KAI
+	// limit 0); the namespace, guardrails, parent queues and the release
+	// (with its data) stay.
+	Sleep bool
+}
+
+// SleepingLeaf is the leaf queue of a sleeping virtual cluster: nothing
+// guaranteed and a limit of 0 for every resource, which KAI reads as
+// "nothing allowed at all", so nothing is scheduled while it sleeps.
+func SleepingLeaf(awake QueueSpec) QueueSpec {
+	return QueueSpec{Limit: &Quantities{}, Priority: awake.Priority}
 }
 
 // Member is a person or group with access to a virtual cluster.
@@ -91,6 +108,9 @@ type Member struct {
 const (
 	TierShared    = "SHARED"
 	TierDedicated = "DEDICATED"
+	// TierSandbox: the virtual cluster runs its own scheduler on a fenced
+	// slice of nodes (its own pool).
+	TierSandbox = "SANDBOX"
 )
 
 // Labels and annotations gpuplane writes or reads on host objects.
@@ -156,12 +176,12 @@ func (vc VirtualCluster) Validate() error {
 		if vc.Pool != "" && vc.Pool != DefaultPool {
 			problems = append(problems, fmt.Sprintf("pool %q: SHARED virtual clusters run in pool %q", vc.Pool, DefaultPool))
 		}
-	case TierDedicated:
+	case TierDedicated, TierSandbox:
 		if why := names.CheckPool(vc.Pool); why != "" {
 			problems = append(problems, fmt.Sprintf("pool %q: %s", vc.Pool, why))
 		}
 	default:
-		problems = append(problems, fmt.Sprintf("tier %q: must be %s or %s", vc.Tier, TierShared, TierDedicated))
+		problems = append(problems, fmt.Sprintf("tier %q: must be %s, %s or %s", vc.Tier, TierShared, TierDedicated, TierSandbox))
 	}
 	for _, q := range []struct {
 		name string

@@ -90,6 +90,12 @@ func RenderVClusterValues(vc VirtualCluster, s Settings) map[string]any {
 		image["tag"] = chartVersion
 	}
 	statefulSet := map[string]any{"image": image}
+	if vc.Sleep {
+		// Asleep: the control plane is scaled to zero by the chart itself,
+		// so every upgrade and drift repair keeps it there; its data
+		// (the StatefulSet's volume) stays for the wake.
+		statefulSet["highAvailability"] = map[string]any{"replicas": 0}
+	}
 	k8s := map[string]any{"enabled": true}
 	if v := vc.KubernetesVersion; v != "" {
 		if !strings.HasPrefix(v, "v") {
@@ -106,6 +112,16 @@ func RenderVClusterValues(vc VirtualCluster, s Settings) map[string]any {
 	controlPlane := map[string]any{
 		"distro":      map[string]any{"k8s": k8s},
 		"statefulSet": statefulSet,
+	}
+	if s.Profile(vc.Tier).OwnScheduler {
+		// A scheduler inside the virtual cluster, over the nodes of its
+		// slice (synced from the host below). Charts before 0.25 enable it
+		// with controlPlane.advanced.virtualScheduler (deprecated since).
+		if chartBefore(chartVersion, 25) {
+			controlPlane["advanced"] = map[string]any{"virtualScheduler": map[string]any{"enabled": true}}
+		} else {
+			k8s["scheduler"] = map[string]any{"enabled": true}
+		}
 	}
 	experimental := map[string]any{"syncSettings": syncSettings}
 	var hostManifests []any
@@ -145,7 +161,7 @@ func RenderVClusterValues(vc VirtualCluster, s Settings) map[string]any {
 		},
 		"exportKubeConfig": map[string]any{"server": server},
 	}
-	if vc.Tier == TierDedicated {
+	if vc.Tier == TierDedicated || vc.Tier == TierSandbox {
 		// The team's own pool: the syncer adds the pool's node selector to
 		// every pod that has no node name (the guardrails refuse preset node
 		// names, and require the selector on the syncer's pods) and the

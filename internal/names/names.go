@@ -92,6 +92,9 @@ func Request(id string) string { return "requests/" + id }
 // ApprovalPolicy is the resource name of an approval policy id.
 func ApprovalPolicy(id string) string { return "approvalPolicies/" + id }
 
+// HostCluster is the resource name of a host cluster id.
+func HostCluster(id string) string { return "hostClusters/" + id }
+
 // ParseDepartment etc. return the ids inside a resource name.
 func ParseDepartment(field, name string) (string, error) {
 	ids, err := Parse(field, name, "departments")
@@ -132,6 +135,15 @@ func ParseVirtualCluster(field, name string) (team, vc string, err error) {
 // ParseApprovalPolicy returns the policy id in an approval-policy name.
 func ParseApprovalPolicy(field, name string) (string, error) {
 	ids, err := Parse(field, name, "approvalPolicies")
+	if err != nil {
+		return "", err
+	}
+	return ids[0], nil
+}
+
+// ParseHostCluster returns the host cluster id in a host-cluster name.
+func ParseHostCluster(field, name string) (string, error) {
+	ids, err := Parse(field, name, "hostClusters")
 	if err != nil {
 		return "", err
 	}

@@ -15,7 +15,19 @@ const (
 	SharedPool = "shared"
 	// dedicatedPoolPrefix starts the default pool of a DEDICATED team.
 	dedicatedPoolPrefix = "dedicated-"
+	// sandboxPoolPrefix starts the default slice of a SANDBOX team.
+	sandboxPoolPrefix = "sandbox-"
 )
+
+// SandboxPool is the default node slice of a SANDBOX team:
+// "sandbox-<team>", shortened like DedicatedPool.
+func SandboxPool(team string) string {
+	if len(sandboxPoolPrefix)+len(team) <= 63 {
+		return sandboxPoolPrefix + team
+	}
+	sum := sha256.Sum256([]byte(team))
+	return sandboxPoolPrefix + strings.TrimRight(team[:46], "-") + "-" + hex.EncodeToString(sum[:])[:8]
+}
 
 // DedicatedPool is the default node pool of a DEDICATED team:
 // "dedicated-<team>". Team ids may be 63 characters, the limit of a label

@@ -11,12 +11,15 @@ const (
 	// KindChangeVirtualClusterVersion moves a virtual cluster to a newer
 	// vCluster chart or Kubernetes version; no quantities change.
 	KindChangeVirtualClusterVersion = "CHANGE_VIRTUAL_CLUSTER_VERSION"
+	KindSleepVirtualCluster         = "SLEEP_VIRTUAL_CLUSTER"
+	KindWakeVirtualCluster          = "WAKE_VIRTUAL_CLUSTER"
 )
 
 // Isolation tiers as policies see them in team.isolation_tier.
 const (
 	TierShared    = "SHARED"
 	TierDedicated = "DEDICATED"
+	TierSandbox   = "SANDBOX"
 )
 
 // knownKinds and knownTiers let Compile refuse a comparison with a string
@@ -24,8 +27,8 @@ const (
 // checker cannot see that typo and the policy would silently never approve.
 var (
 	knownKinds = []string{KindCreateVirtualCluster, KindChangeVirtualClusterQuota, KindChangeTeamQuota, KindDeleteVirtualCluster,
-		KindChangeVirtualClusterVersion}
-	knownTiers = []string{TierShared, TierDedicated}
+		KindChangeVirtualClusterVersion, KindSleepVirtualCluster, KindWakeVirtualCluster}
+	knownTiers = []string{TierShared, TierDedicated, TierSandbox}
 )
 
 // Input is everything a policy can see. The cel tags are the names policy

@@ -86,6 +86,10 @@ type harnessOptions struct {
 	// appWorker runs the server's own worker (cfg.RunWorker), as
 	// `gpuplane serve --run-worker` does; otherwise tests run their own.
 	appWorker bool
+	// fleet: capacity is what the worker observes on the host clusters
+	// (no static capacity), and the demo data is left to the test, which
+	// must observe the host clusters first.
+	fleet bool
 }
 
 // newHarness starts a real API server and the real gpuplane server on a
@@ -118,7 +122,8 @@ func newHarness(t testing.TB, o harnessOptions) *harness {
 		kube: kubernetes.NewForConfigOrDie(rc), dyn: dynamic.NewForConfigOrDie(rc),
 		log: testLogger(t, slog.LevelWarn),
 	}
-	h.env = apptest.Start(t, apptest.Options{Seed: true, HostConfig: api.RESTConfig(), RunWorker: o.appWorker})
+	h.env = apptest.Start(t, apptest.Options{Seed: !o.fleet, ObservedCapacity: o.fleet,
+		HostConfig: api.RESTConfig(), RunWorker: o.appWorker})
 	h.pool = h.env.App.Pool()
 	return h
 }

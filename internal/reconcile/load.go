@@ -7,7 +7,9 @@ package reconcile
 
 import (
 	"context"
+	"fmt"
 
+	"github.com/gpuplane/gpuplane/internal/fleet"
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/quota"
 	"github.com/gpuplane/gpuplane/internal/store"
@@ -20,6 +22,8 @@ type desiredState struct {
 	vc   virtualcluster.VirtualCluster
 	team tenancy.Team
 	host hostcluster.VirtualCluster
+	// cluster is the host cluster the virtual cluster runs on.
+	cluster fleet.HostCluster
 }
 
 func quantities(r quota.Resources) hostcluster.Quantities {
@@ -37,7 +41,20 @@ func load(ctx context.Context, q store.Querier, id string) (desiredState, error)
 	if err != nil {
 		return d, err
 	}
-	budget, err := tenancy.Budget(ctx, q, team.Department, false)
+	if vc.HostCluster == "" && !vc.Phase.NeedsResync() && vc.Phase != virtualcluster.PhaseDeleting {
+		// Never placed (PENDING_APPROVAL, REJECTED): nothing to converge.
+		return desiredState{vc: vc, team: team}, nil
+	}
+	if vc.HostCluster == "" {
+		return d, fmt.Errorf("virtual cluster %s is %s but placed on no host cluster", vc.ID, vc.Phase)
+	}
+	cluster, err := fleet.Get(ctx, q, vc.HostCluster, false)
+	if err != nil {
+		return d, err
+	}
+	// The parent queues on a host cluster cover what lives there: the
+	// quotas of the team's (and the department's) virtual clusters on it.
+	teamOnHost, deptOnHost, err := virtualcluster.ParentQuotasOnHost(ctx, q, vc.HostCluster, team.Department, team.ID)
 	if err != nil {
 		return d, err
 	}
@@ -55,14 +72,15 @@ func load(ctx context.Context, q store.Querier, id string) (desiredState, error)
 		Name: vc.ID, Team: team.ID, Department: team.Department, Tier: string(team.Tier), Pool: team.Pool,
 		AllowFractionalGPUs: spec.AllowFractionalGPUs,
 		Leaf:                leaf,
-		TeamQueue:           hostcluster.QueueSpec{Quota: quantities(team.Quota), OverQuotaWeight: 1, Priority: 100},
-		DepartmentQueue:     hostcluster.QueueSpec{Quota: quantities(budget), OverQuotaWeight: 1, Priority: 100},
+		TeamQueue:           hostcluster.QueueSpec{Quota: quantities(teamOnHost), OverQuotaWeight: 1, Priority: 100},
+		DepartmentQueue:     hostcluster.QueueSpec{Quota: quantities(deptOnHost), OverQuotaWeight: 1, Priority: 100},
 		KubernetesVersion:   spec.KubernetesVersion,
 		ChartVersion:        spec.ChartVersion,
 		Generation:          vc.Generation,
+		Sleep:               spec.Sleep,
 	}
 	for _, m := range members {
 		h.Members = append(h.Members, hostcluster.Member{Kind: string(m.Kind), Name: m.Principal, Role: string(m.Role)})
 	}
-	return desiredState{vc: vc, team: team, host: h}, nil
+	return desiredState{vc: vc, team: team, host: h, cluster: cluster}, nil
 }

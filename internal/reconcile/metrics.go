@@ -22,11 +22,12 @@ const (
 	KindDelete = "delete" // remove the virtual cluster from the host
 	KindNone   = "none"   // nothing to converge (gone, pending, failed...)
 
-	OutcomeSuccess  = "success"  // converged; the work item is gone
-	OutcomeRequeued = "requeued" // applied, control plane not ready yet: looked at again soon
-	OutcomeRetry    = "retry"    // failed; retried with backoff
-	OutcomeFailed   = "failed"   // failed for good (permanent error or attempts exhausted)
-	OutcomeCanceled = "canceled" // the worker stopped mid-job; another run starts over
+	OutcomeSuccess  = "success"   // converged; the work item is gone
+	OutcomeRequeued = "requeued"  // applied, control plane not ready yet: looked at again soon
+	OutcomeRetry    = "retry"     // failed; retried with backoff
+	OutcomeFailed   = "failed"    // failed for good (permanent error or attempts exhausted)
+	OutcomeCanceled = "canceled"  // the worker stopped mid-job; another run starts over
+	OutcomeHostDown = "host_down" // its host cluster is unreachable: DEGRADED, looked at again later
 )
 
 const tracerName = "github.com/gpuplane/gpuplane/internal/reconcile"
@@ -52,7 +53,7 @@ func newWorkerTelemetry(reg prometheus.Registerer, tp trace.TracerProvider) *wor
 	m := workerMetrics{
 		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpuplane_reconcile_total",
-			Help: "Reconcile jobs finished, by kind (apply, delete, none) and outcome (success, requeued, retry, failed, canceled).",
+			Help: "Reconcile jobs finished, by kind (apply, delete, none) and outcome (success, requeued, retry, failed, canceled, host_down).",
 		}, []string{"kind", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "gpuplane_reconcile_duration_seconds",
@@ -105,6 +106,7 @@ type job struct {
 	start    time.Time
 	kind     string
 	requeued bool
+	hostDown bool
 }
 
 type jobKey struct{}
@@ -134,6 +136,13 @@ func markRequeued(ctx context.Context) {
 	}
 }
 
+// markHostDown records that the virtual cluster's host cluster was down.
+func markHostDown(ctx context.Context) {
+	if j := jobFrom(ctx); j != nil {
+		j.hostDown = true
+	}
+}
+
 func setKind(ctx context.Context, kind string) {
 	if j := jobFrom(ctx); j != nil {
 		j.kind = kind
@@ -149,6 +158,9 @@ func (w *Worker) outcome(ctx context.Context, c claim, err error) string {
 		return OutcomeRetry
 	case err != nil:
 		return OutcomeFailed
+	}
+	if j := jobFrom(ctx); j != nil && j.hostDown {
+		return OutcomeHostDown
 	}
 	if j := jobFrom(ctx); j != nil && j.requeued {
 		return OutcomeRequeued

@@ -85,10 +85,35 @@ func (w *Worker) reconcile(ctx context.Context, cp *claim) error {
 		return err
 	}
 	cp.generation = d.vc.Generation
-	switch {
-	case d.vc.Phase == vcs.PhaseDeleting:
+	if !d.vc.Phase.NeedsResync() && d.vc.Phase != vcs.PhaseDeleting {
+		// PENDING_APPROVAL, REJECTED, DELETED, FAILED: nothing to converge.
+		return w.done(ctx, c)
+	}
+	if knownDown(d.cluster) {
+		// The observer saw its host cluster down: say so and wait, without
+		// a call that would only time out.
+		return w.hostDown(ctx, c, d, nil)
+	}
+	host, err := w.hostFor(ctx, d.cluster)
+	if err != nil {
+		if hostClusterDown(err) {
+			return w.hostDown(ctx, c, d, err)
+		}
+		return err
+	}
+	err = w.converge(ctx, c, d, host)
+	if err != nil && hostClusterDown(err) && ctx.Err() == nil {
+		return w.hostDown(ctx, c, d, err)
+	}
+	return err
+}
+
+// converge makes the virtual cluster's host cluster match its desired
+// state (or deletes it there) and records the outcome.
+func (w *Worker) converge(ctx context.Context, c claim, d desiredState, host Host) error {
+	if d.vc.Phase == vcs.PhaseDeleting {
 		w.step("delete")
-		if err := w.Host.Delete(ctx, d.host); err != nil {
+		if err := host.Delete(ctx, d.host); err != nil {
 			var pending *hostcluster.DeletePendingError
 			if !errors.As(err, &pending) {
 				return err
@@ -104,34 +129,39 @@ func (w *Worker) reconcile(ctx context.Context, cp *claim) error {
 			return err
 		}
 		return w.done(ctx, c)
-	case d.vc.Phase.NeedsResync():
-	default:
-		// PENDING_APPROVAL, REJECTED, DELETED, FAILED: nothing to converge.
-		return w.done(ctx, c)
 	}
 
 	var drift []string
-	if d.vc.Phase != vcs.PhaseProvisioning {
+	// Drift is a difference from a state the host already reached; a new
+	// generation (a resize, sleep or wake) is a change, not drift.
+	if d.vc.Phase != vcs.PhaseProvisioning && d.vc.ObservedGeneration == d.vc.Generation {
 		w.step("observe-before")
-		before, err := w.Host.Observe(ctx, d.host)
+		before, err := host.Observe(ctx, d.host)
 		if err != nil {
 			return err
 		}
 		drift = describeDrift(before)
 	}
 	w.step("apply")
-	steps, applyErr := w.Host.Apply(ctx, d.host)
+	steps, applyErr := host.Apply(ctx, d.host)
+	if applyErr != nil && hostClusterDown(applyErr) {
+		return applyErr // not this virtual cluster's failure: no step is to blame
+	}
 	if applyErr != nil {
 		// Record which step broke, then let fail() decide retry vs FAILED.
 		_ = w.writeStatus(ctx, d, conditionsFromSteps(d.vc.Conditions, steps, d.vc.Generation), "", nil, nil)
 		return applyErr
 	}
 	w.step("observe")
-	obs, err := w.Host.Observe(ctx, d.host)
+	obs, err := host.Observe(ctx, d.host)
 	if err != nil {
 		return err
 	}
+	if d.host.Sleep {
+		return w.recordSleep(ctx, c, d, obs, drift)
+	}
 	conds := conditions(d.vc.Conditions, obs, d.host, d.vc.Generation)
+	conds = append(conds, setCondition(d.vc.Conditions, CondHostCluster, true, "Connected", describeHost(d.cluster), d.vc.Generation))
 	phase := vcs.PhaseProvisioning
 	msg := "waiting for: " + strings.Join(notReady(conds), ", ")
 	stuck := notReadySince(conds, time.Now().Add(-w.cfg.ProvisioningDeadline))
@@ -151,6 +181,15 @@ func (w *Worker) reconcile(ctx context.Context, cp *claim) error {
 		phase = vcs.PhaseDegraded
 		msg = "degraded: " + strings.Join(notReady(conds), ", ") + " not ready"
 	}
+	return w.recordOutcome(ctx, c, d, conds, phase, msg, obs, drift, phase == vcs.PhaseReady)
+}
+
+// recordOutcome stores what a reconcile saw, audits repaired drift, and
+// finishes the work item when the host reached the desired state (done);
+// otherwise (the control plane or kubeconfig is not there yet, or not
+// asleep yet) it looks again soon without counting a failure.
+func (w *Worker) recordOutcome(ctx context.Context, c claim, d desiredState, conds []vcs.Condition, phase vcs.Phase, msg string,
+	obs hostcluster.Observed, drift []string, done bool) error {
 	w.step("record-status")
 	if err := w.writeStatus(ctx, d, conds, phase, &msg, &obs); err != nil {
 		return err
@@ -161,11 +200,9 @@ func (w *Worker) reconcile(ctx context.Context, cp *claim) error {
 			return err
 		}
 	}
-	if phase == vcs.PhaseReady {
+	if done {
 		return w.done(ctx, c)
 	}
-	// The control plane or kubeconfig is not there yet: look again soon
-	// without counting it as a failure.
 	markRequeued(ctx)
 	return w.later(ctx, c, w.cfg.Poll, nil)
 }
@@ -242,6 +279,9 @@ func (w *Worker) finishDelete(ctx context.Context, d desiredState) error {
 		}
 		after, err := vcs.MarkDeleted(ctx, tx, cur.ID)
 		if err != nil {
+			return err
+		}
+		if err := enqueueSiblingsOnHost(ctx, tx, d); err != nil {
 			return err
 		}
 		if err := request.Settle(ctx, tx, actor, d.vc.ID, d.team.Department, d.team.ID, cur.Generation, request.StateApplied, ""); err != nil {

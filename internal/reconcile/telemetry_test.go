@@ -78,7 +78,9 @@ func seedWork(t *testing.T, pool *pgxpool.Pool, vc, phase string) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := pool.Exec(ctx, `INSERT INTO virtual_clusters (id, team_id, phase, cpu_millis) VALUES ($1, 'team', $2, 100)`, vc, phase); err != nil {
+	// Placed on the default host cluster unless never approved.
+	if _, err := pool.Exec(ctx, `INSERT INTO virtual_clusters (id, team_id, phase, cpu_millis, host_cluster_id)
+		VALUES ($1, 'team', $2, 100, CASE WHEN $2 IN ('PENDING_APPROVAL', 'REJECTED') THEN NULL ELSE 'default' END)`, vc, phase); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `INSERT INTO reconcile_work (virtual_cluster_id, trace_parent) VALUES ($1, $2)`, vc, traceParent); err != nil {

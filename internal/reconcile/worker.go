@@ -62,6 +62,24 @@ type Config struct {
 	// TracerProvider traces each reconcile job and its host-cluster steps;
 	// nil traces nothing.
 	TracerProvider trace.TracerProvider
+	// Hosts reaches the host clusters with a kubeconfig Secret; the Host
+	// given to New is the one gpuplane runs in. nil: only that one.
+	Hosts Hosts
+	// HostClusterConcurrency is the most reconciles one host cluster may
+	// have at once; 0: Concurrency with one host cluster, half of it
+	// (at least one) with more.
+	HostClusterConcurrency int
+	// ObserveInterval is how often every host cluster is probed (health,
+	// versions, capacity); 0 means 15s.
+	ObserveInterval time.Duration
+	// ProbeTimeout bounds one host cluster's probe; 0 means 10s.
+	ProbeTimeout time.Duration
+	// HostDownRetry is how soon a virtual cluster whose host cluster is
+	// down is looked at again (the observer queues it as soon as the host
+	// cluster answers); 0 means 30s.
+	HostDownRetry time.Duration
+	// Now is the worker's clock for observations; nil is time.Now.
+	Now func() time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -93,15 +111,32 @@ func (c Config) withDefaults() Config {
 	if c.BackoffMax <= 0 {
 		c.BackoffMax = 5 * time.Minute
 	}
+	if c.ObserveInterval <= 0 {
+		c.ObserveInterval = 15 * time.Second
+	}
+	if c.ProbeTimeout <= 0 {
+		c.ProbeTimeout = 10 * time.Second
+	}
+	if c.HostDownRetry <= 0 {
+		c.HostDownRetry = 30 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	return c
 }
 
 // Worker consumes the reconcile queue (internal/workqueue).
 type Worker struct {
-	DB   *store.DB
+	DB *store.DB
+	// Host reaches the host cluster gpuplane runs in (instrumented); nil
+	// when there is none (every host cluster has a kubeconfig Secret).
 	Host Host
 	Log  *slog.Logger
 	cfg  Config
+	// inCluster is Host as given to New.
+	inCluster Host
+	slots     slots
 	// beforeStep, when set (tests), runs before each step of a reconcile.
 	beforeStep func(step string)
 	tel        *workerTelemetry
@@ -112,7 +147,7 @@ func New(db *store.DB, host Host, log *slog.Logger, cfg Config) *Worker {
 	if log == nil {
 		log = slog.Default()
 	}
-	w := &Worker{DB: db, Host: host, Log: log, cfg: cfg.withDefaults()}
+	w := &Worker{DB: db, Host: host, Log: log, cfg: cfg.withDefaults(), inCluster: host, slots: slots{inFlight: map[string]int{}}}
 	w.tel = newWorkerTelemetry(cfg.Metrics, cfg.TracerProvider)
 	w.Host = instrumentHost(host, w.tel)
 	return w
@@ -132,8 +167,9 @@ type claim struct {
 func (w *Worker) Run(ctx context.Context) error {
 	w.Log.Info("worker started", "id", w.cfg.ID, "concurrency", w.cfg.Concurrency)
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); w.resyncLoop(ctx) }()
+	go func() { defer wg.Done(); w.observeLoop(ctx) }()
 	sem := make(chan struct{}, w.cfg.Concurrency)
 	// freed wakes the loop when a slot frees up, so a busy worker claims the
 	// next item at once instead of idling the slot until the next tick.
@@ -149,9 +185,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		for _, c := range claims {
 			sem <- struct{}{}
 			wg.Add(1)
+			w.slots.take(c.HostCluster)
 			go func(c claim) {
 				defer wg.Done()
 				defer func() {
+					w.slots.give(c.HostCluster)
 					<-sem
 					select {
 					case freed <- struct{}{}:
@@ -203,10 +241,12 @@ func (w *Worker) RunOnce(ctx context.Context) (int, error) {
 	}
 }
 
-// claimDue leases up to n due items; with a cutoff, only items due at or
+// claimDue leases up to n due items, at most perCluster of one host
+// cluster counting those in flight; with a cutoff, only items due at or
 // before it.
 func (w *Worker) claimDue(ctx context.Context, n int, cutoff *time.Time) ([]claim, error) {
-	claims, err := workqueue.ClaimDue(ctx, w.DB, w.cfg.ID, w.cfg.Lease, n, cutoff)
+	per := w.perCluster()
+	claims, err := workqueue.ClaimDue(ctx, w.DB, w.cfg.ID, w.cfg.Lease, n, cutoff, per, w.busy(per))
 	out := make([]claim, len(claims))
 	for i, c := range claims {
 		out[i] = claim{Claim: c}

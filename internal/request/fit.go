@@ -3,8 +3,10 @@ package request
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/fleet"
 	"github.com/gpuplane/gpuplane/internal/names"
 	"github.com/gpuplane/gpuplane/internal/quota"
 	"github.com/gpuplane/gpuplane/internal/store"
@@ -20,16 +22,41 @@ type Fit struct {
 	// Children refuses a team quota below what its virtual clusters hold
 	// (tenancy.BelowChildrenError), nil when it is not.
 	Children error
+	// HostCluster is where a new virtual cluster would be placed, or the
+	// one the virtual cluster runs on ("" when it is not placed).
+	HostCluster string
+	// NoHostCluster says why no host cluster can take a new virtual
+	// cluster whatever its room (fleet.ReasonNoHostCluster), nil otherwise.
+	NoHostCluster error
+	// hostCandidates are the host clusters that could take a new virtual
+	// cluster but for room.
+	hostCandidates []string
 }
 
 // Fits reports whether the request can be approved now.
 func (o Fit) Fits() bool {
-	return len(o.Shortfalls) == 0 && len(o.Below) == 0 && o.Children == nil
+	return len(o.Shortfalls) == 0 && len(o.Below) == 0 && o.Children == nil && o.NoHostCluster == nil
 }
 
 // Err is the error an approval fails with: FAILED_PRECONDITION naming the
 // level, the resource and how much is free.
 func (o Fit) Err() error {
+	if o.NoHostCluster != nil {
+		return o.NoHostCluster
+	}
+	if len(o.hostCandidates) > 1 && len(o.Shortfalls) > 0 {
+		// A new virtual cluster that fits its team but no host cluster.
+		err := quota.FitError(o.Field, o.Shortfalls)
+		if e, ok := errs.As(err); ok {
+			e.Kind = errs.KindFailedPrecondition
+			var each []string
+			for _, sf := range o.Shortfalls {
+				each = append(each, fmt.Sprintf("%s: %s free, %s requested (%s)", sf.Name, sf.Free, sf.Requested, sf.Resource))
+			}
+			e.Message = "no host cluster has room: " + strings.Join(each, "; ")
+		}
+		return err
+	}
 	if len(o.Shortfalls) > 0 {
 		err := quota.FitError(o.Field, o.Shortfalls)
 		if e, ok := errs.As(err); ok {
@@ -60,6 +87,19 @@ func (s *Service) checkFit(ctx context.Context, q *store.Tx, team tenancy.Team, 
 			return o, err
 		}
 		o.Shortfalls = quota.CheckFit([]quota.Node{node}, want)
+		if len(o.Shortfalls) > 0 {
+			return o, nil // the team's quota is the first thing to talk about
+		}
+		d, err := s.fleet.Place(ctx, q, fleet.Need{VirtualCluster: vcID, Tier: string(team.Tier), Pool: team.Pool,
+			Quota: want, Placement: p.Create.Spec.Placement})
+		if errs.KindOf(err) == errs.KindFailedPrecondition {
+			o.NoHostCluster = err
+			return o, nil
+		}
+		if err != nil {
+			return o, err
+		}
+		o.HostCluster, o.Shortfalls, o.hostCandidates = d.HostCluster, d.Shortfalls, d.Candidates
 		return o, nil
 	case KindChangeVirtualClusterQuota:
 		o := Fit{Field: "request.change_virtual_cluster_quota.quota"}
@@ -71,7 +111,17 @@ func (s *Service) checkFit(ctx context.Context, q *store.Tx, team tenancy.Team, 
 		if err != nil {
 			return o, err
 		}
-		o.Shortfalls = quota.CheckFitChange([]quota.Node{node}, vc.Spec.Quota, want)
+		path := []quota.Node{node}
+		o.HostCluster = vc.HostCluster
+		if vc.HostCluster != "" {
+			// Growth must fit the node pool of the host cluster it runs on.
+			if hn, ok, err := s.fleet.HostNode(ctx, q, vc.HostCluster, team.Pool, vcID); err != nil {
+				return o, err
+			} else if ok {
+				path = append(path, hn)
+			}
+		}
+		o.Shortfalls = quota.CheckFitChange(path, vc.Spec.Quota, want)
 		o.Below = quota.ShrinkCheck(want, vc.Allocated, accept)
 		return o, nil
 	case KindChangeTeamQuota:

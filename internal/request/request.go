@@ -31,11 +31,15 @@ const (
 	// KindChangeVirtualClusterVersion moves a virtual cluster to a newer
 	// vCluster chart and/or virtual Kubernetes version.
 	KindChangeVirtualClusterVersion Kind = "CHANGE_VIRTUAL_CLUSTER_VERSION"
+	// KindSleepVirtualCluster and KindWakeVirtualCluster put a virtual
+	// cluster to sleep and wake it, as the :sleep and :wake methods do.
+	KindSleepVirtualCluster Kind = "SLEEP_VIRTUAL_CLUSTER"
+	KindWakeVirtualCluster  Kind = "WAKE_VIRTUAL_CLUSTER"
 )
 
 // Kinds are all kinds, in API order.
 var Kinds = []Kind{KindCreateVirtualCluster, KindChangeVirtualClusterQuota, KindChangeTeamQuota, KindDeleteVirtualCluster,
-	KindChangeVirtualClusterVersion}
+	KindChangeVirtualClusterVersion, KindSleepVirtualCluster, KindWakeVirtualCluster}
 
 // Payload is what a request asks for; exactly one field is set.
 type Payload struct {
@@ -44,6 +48,13 @@ type Payload struct {
 	ChangeTeamQuota *ChangeTeamQuotaPayload
 	Delete          *DeletePayload
 	ChangeVersion   *ChangeVersionPayload
+	Sleep           *SleepPayload
+}
+
+// SleepPayload puts a virtual cluster to sleep (Wake false) or wakes it.
+type SleepPayload struct {
+	VirtualCluster string // resource name
+	Wake           bool
 }
 
 // CreatePayload asks for a new virtual cluster.
@@ -94,6 +105,10 @@ func (p Payload) Kind() Kind {
 		return KindDeleteVirtualCluster
 	case p.ChangeVersion != nil:
 		return KindChangeVirtualClusterVersion
+	case p.Sleep != nil && p.Sleep.Wake:
+		return KindWakeVirtualCluster
+	case p.Sleep != nil:
+		return KindSleepVirtualCluster
 	}
 	return ""
 }
@@ -108,6 +123,8 @@ func (p Payload) target() string {
 		return p.Delete.VirtualCluster
 	case p.ChangeVersion != nil:
 		return p.ChangeVersion.VirtualCluster
+	case p.Sleep != nil:
+		return p.Sleep.VirtualCluster
 	}
 	return ""
 }
@@ -166,6 +183,8 @@ type payloadJSON struct {
 	ChangeTeamQuota           *changeTeamQuotaJSON `json:"change_team_quota,omitempty"`
 	DeleteVirtualCluster      *deleteJSON          `json:"delete_virtual_cluster,omitempty"`
 	ChangeVersion             *changeVersionJSON   `json:"change_virtual_cluster_version,omitempty"`
+	SleepVirtualCluster       *deleteJSON          `json:"sleep_virtual_cluster,omitempty"`
+	WakeVirtualCluster        *deleteJSON          `json:"wake_virtual_cluster,omitempty"`
 }
 
 type createJSON struct {
@@ -186,6 +205,8 @@ type changeTeamQuotaJSON struct {
 	AcceptPreemption bool             `json:"accept_preemption,omitempty"`
 }
 
+// deleteJSON names the virtual cluster a request acts on (delete, sleep,
+// wake).
 type deleteJSON struct {
 	VirtualCluster string `json:"virtual_cluster,omitempty"`
 }
@@ -212,6 +233,10 @@ func (p Payload) json() payloadJSON {
 	case p.ChangeVersion != nil:
 		c := p.ChangeVersion
 		j.ChangeVersion = &changeVersionJSON{VirtualCluster: c.VirtualCluster, ChartVersion: c.ChartVersion, KubernetesVersion: c.KubernetesVersion}
+	case p.Sleep != nil && p.Sleep.Wake:
+		j.WakeVirtualCluster = &deleteJSON{VirtualCluster: p.Sleep.VirtualCluster}
+	case p.Sleep != nil:
+		j.SleepVirtualCluster = &deleteJSON{VirtualCluster: p.Sleep.VirtualCluster}
 	}
 	return j
 }
@@ -241,6 +266,10 @@ func (j payloadJSON) payload() (Payload, error) {
 	case j.ChangeVersion != nil:
 		c := j.ChangeVersion
 		p.ChangeVersion = &ChangeVersionPayload{VirtualCluster: c.VirtualCluster, ChartVersion: c.ChartVersion, KubernetesVersion: c.KubernetesVersion}
+	case j.SleepVirtualCluster != nil:
+		p.Sleep = &SleepPayload{VirtualCluster: j.SleepVirtualCluster.VirtualCluster}
+	case j.WakeVirtualCluster != nil:
+		p.Sleep = &SleepPayload{VirtualCluster: j.WakeVirtualCluster.VirtualCluster, Wake: true}
 	}
 	return p, err
 }

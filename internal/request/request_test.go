@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/fleet"
 	"github.com/gpuplane/gpuplane/internal/quota"
 	"github.com/gpuplane/gpuplane/internal/reqctx"
 	"github.com/gpuplane/gpuplane/internal/request"
@@ -43,7 +44,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	ten := tenancy.NewService(tenancy.StaticCapacity{GPU: quota.GPUs(16)}, 1, request.TeamHistory{})
-	f.svc = request.NewService(f.db, ten, versions, nil, func() time.Time { return f.now })
+	f.svc = request.NewService(f.db, ten, fleet.NewService(1, false), versions, nil, func() time.Time { return f.now })
 	f.must(f.db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
 		if _, err := ten.CreateDepartment(ctx, tx, alice, "", tenancy.Department{ID: "research", Budget: quota.Resources{GPU: quota.GPUs(8)}}); err != nil {
 			return err

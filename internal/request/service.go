@@ -10,6 +10,7 @@ import (
 	"github.com/gpuplane/gpuplane/internal/audit"
 	"github.com/gpuplane/gpuplane/internal/errs"
 	"github.com/gpuplane/gpuplane/internal/eventtype"
+	"github.com/gpuplane/gpuplane/internal/fleet"
 	"github.com/gpuplane/gpuplane/internal/names"
 	"github.com/gpuplane/gpuplane/internal/policy"
 	"github.com/gpuplane/gpuplane/internal/quota"
@@ -25,6 +26,7 @@ import (
 type Service struct {
 	db       *store.DB
 	tenancy  *tenancy.Service
+	fleet    *fleet.Service
 	versions vclusterversions.Catalog
 	log      *slog.Logger
 	now      func() time.Time
@@ -39,16 +41,17 @@ type compiled struct {
 }
 
 // NewService builds the service; now nil is time.Now. ten checks team
-// quotas against their node pool; versions are the vCluster chart and
-// Kubernetes versions requests may name, with the defaults.
-func NewService(db *store.DB, ten *tenancy.Service, versions vclusterversions.Catalog, log *slog.Logger, now func() time.Time) *Service {
+// quotas against their node pool; fl places new virtual clusters on host
+// clusters; versions are the vCluster chart and Kubernetes versions
+// requests may name, with the defaults.
+func NewService(db *store.DB, ten *tenancy.Service, fl *fleet.Service, versions vclusterversions.Catalog, log *slog.Logger, now func() time.Time) *Service {
 	if log == nil {
 		log = slog.Default()
 	}
 	if now == nil {
 		now = time.Now
 	}
-	return &Service{db: db, tenancy: ten, versions: versions, log: log, now: now}
+	return &Service{db: db, tenancy: ten, fleet: fl, versions: versions, log: log, now: now}
 }
 
 // Now is the service's clock.
@@ -233,6 +236,12 @@ func (s *Service) approve(ctx context.Context, tx *store.Tx, r *Request, actor r
 	want, limit, _ := r.Payload.wanted()
 	switch r.Kind {
 	case KindCreateVirtualCluster:
+		if fit.HostCluster == "" {
+			return errs.New(errs.KindUnknown, errs.ReasonInternal, "%s fits but was placed on no host cluster", r.Name())
+		}
+		if err := virtualcluster.PlaceOn(ctx, tx, r.vcID(), fit.HostCluster); err != nil {
+			return err
+		}
 		target, err = s.moveVirtualCluster(ctx, tx, actor, team.Department, r.vcID(), virtualcluster.PhaseProvisioning, false, nil, nil, nil)
 	case KindChangeVirtualClusterQuota:
 		target, err = s.moveVirtualCluster(ctx, tx, actor, team.Department, r.vcID(), virtualcluster.PhaseProvisioning, true, &want, limit, nil)
@@ -244,6 +253,19 @@ func (s *Service) approve(ctx context.Context, tx *store.Tx, r *Request, actor r
 	case KindChangeTeamQuota:
 		err = tenancy.SetTeamQuota(ctx, tx, actor, team, want)
 		applied = true
+	case KindSleepVirtualCluster, KindWakeVirtualCluster:
+		var vc, after virtualcluster.VirtualCluster
+		if vc, err = virtualcluster.Get(ctx, tx, r.vcID(), true); err != nil {
+			return err
+		}
+		if after, err = setSleep(ctx, tx, s.fleet, actor, team, vc, r.Kind == KindSleepVirtualCluster); err != nil {
+			return err
+		}
+		// Already asleep (or awake): nothing for the worker to do.
+		applied = after.Generation == vc.Generation
+		if !applied {
+			target = &after.Generation
+		}
 	}
 	if err != nil {
 		return err
@@ -385,7 +407,7 @@ func (s *Service) policyInput(ctx context.Context, q store.Querier, r Request, t
 	in.Department = policy.Department{Name: team.Department, GPUBudget: budget.GPU.KAI()}
 	var current quota.Resources
 	switch r.Kind {
-	case KindChangeVirtualClusterQuota, KindDeleteVirtualCluster, KindChangeVirtualClusterVersion:
+	case KindChangeVirtualClusterQuota, KindDeleteVirtualCluster, KindChangeVirtualClusterVersion, KindSleepVirtualCluster, KindWakeVirtualCluster:
 		vc, err := virtualcluster.Get(ctx, q, r.vcID(), false)
 		if err != nil {
 			return in, err
@@ -399,7 +421,7 @@ func (s *Service) policyInput(ctx context.Context, q store.Querier, r Request, t
 		in.Request.Expires = r.Payload.Create.Spec.ExpireTime != nil
 	}
 	want, _, _ := r.Payload.wanted()
-	if r.Kind == KindChangeVirtualClusterVersion {
+	if r.Kind == KindChangeVirtualClusterVersion || r.Kind == KindSleepVirtualCluster || r.Kind == KindWakeVirtualCluster {
 		want = current // no quantities change
 	}
 	in.Request.SetQuantities(want, current)

@@ -73,6 +73,7 @@ type Services struct {
 	VirtualCluster gpuplanev1.VirtualClusterServiceServer
 	Requests       gpuplanev1.RequestServiceServer
 	Policies       gpuplanev1.ApprovalPolicyServiceServer
+	HostClusters   gpuplanev1.HostClusterServiceServer
 	Watch          gpuplanev1.WatchServiceServer
 	Webhooks       gpuplanev1.WebhookServiceServer
 }
@@ -139,6 +140,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	gpuplanev1.RegisterVirtualClusterServiceServer(s.grpc, svc.VirtualCluster)
 	gpuplanev1.RegisterRequestServiceServer(s.grpc, svc.Requests)
 	gpuplanev1.RegisterApprovalPolicyServiceServer(s.grpc, svc.Policies)
+	if svc.HostClusters != nil {
+		gpuplanev1.RegisterHostClusterServiceServer(s.grpc, svc.HostClusters)
+	}
 	gpuplanev1.RegisterWatchServiceServer(s.grpc, svc.Watch)
 	gpuplanev1.RegisterWebhookServiceServer(s.grpc, svc.Webhooks)
 	s.health = health.NewServer()
@@ -184,6 +188,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		gpuplanev1.RegisterVirtualClusterServiceHandler,
 		gpuplanev1.RegisterRequestServiceHandler,
 		gpuplanev1.RegisterApprovalPolicyServiceHandler,
+		gpuplanev1.RegisterHostClusterServiceHandler,
 		gpuplanev1.RegisterWatchServiceHandler,
 		gpuplanev1.RegisterWebhookServiceHandler,
 	} {

@@ -27,6 +27,7 @@ var owners = []string{
 	"internal/events/store.go",                // event_feed, event_positions
 	"internal/webhook/store_subscriptions.go", // webhook_subscriptions
 	"internal/webhook/store_deliveries.go",    // webhook_deliveries, webhook_dispatch
+	"internal/fleet/store.go",                 // host_clusters
 	"internal/store/idempotency.go",           // idempotency_keys
 	"internal/store/migrate.go",               // schema_migrations
 	"internal/store/storetest/storetest.go",   // throwaway test databases

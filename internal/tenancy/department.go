@@ -25,8 +25,11 @@ type Department struct {
 	// RequesterCannotDecide: a request's requester may not approve or
 	// reject it (separation of duties); platform admins may override.
 	RequesterCannotDecide bool
-	Version               int64
-	Created, Updated      time.Time
+	// SleepingKeepsQuota: sleeping virtual clusters keep their quota
+	// reserved (the default).
+	SleepingKeepsQuota bool
+	Version            int64
+	Created, Updated   time.Time
 }
 
 // Name is the API resource name.
@@ -42,16 +45,19 @@ type departmentJSON struct {
 	AdminGroups []string         `json:"admin_groups,omitempty"`
 	UID         string           `json:"uid,omitempty"`
 	// Always present: false is a setting worth seeing in the audit log.
-	RequesterCannotDecide bool            `json:"requester_cannot_decide"`
-	Etag                  string          `json:"etag,omitempty"`
-	CreateTime            *jsonshape.Time `json:"create_time,omitempty"`
-	UpdateTime            *jsonshape.Time `json:"update_time,omitempty"`
+	RequesterCannotDecide bool   `json:"requester_cannot_decide"`
+	Etag                  string `json:"etag,omitempty"`
+	// Always written (proto3 optional): false is a choice.
+	SleepingKeepsQuota bool            `json:"sleeping_keeps_quota"`
+	CreateTime         *jsonshape.Time `json:"create_time,omitempty"`
+	UpdateTime         *jsonshape.Time `json:"update_time,omitempty"`
 }
 
 // Snapshot renders d as the API does (the Department message), for audit.
 func (d Department) Snapshot() any {
 	return departmentJSON{Name: d.Name(), DisplayName: d.DisplayName, QuotaBudget: jsonshape.QuotaOf(d.Budget),
-		AdminGroups: d.AdminGroups, UID: d.UID, RequesterCannotDecide: d.RequesterCannotDecide, Etag: d.Etag(), CreateTime: &jsonshape.Time{Time: d.Created}, UpdateTime: &jsonshape.Time{Time: d.Updated}}
+		AdminGroups: d.AdminGroups, UID: d.UID, RequesterCannotDecide: d.RequesterCannotDecide, Etag: d.Etag(), SleepingKeepsQuota: d.SleepingKeepsQuota,
+		CreateTime: &jsonshape.Time{Time: d.Created}, UpdateTime: &jsonshape.Time{Time: d.Updated}}
 }
 
 // CreateDepartment stores a department whose budget fits the cluster.

@@ -14,12 +14,13 @@ import (
 	"github.com/gpuplane/gpuplane/internal/store/filter"
 )
 
-const departmentColumns = `uid, id, display_name, gpu_centi, cpu_millis, memory_bytes, admin_groups, requester_cannot_decide, version, create_time, update_time`
+const departmentColumns = `uid, id, display_name, gpu_centi, cpu_millis, memory_bytes, admin_groups, requester_cannot_decide, version, create_time, update_time,
+	sleeping_keeps_quota`
 
 func scanDepartment(row pgx.Row) (Department, error) {
 	var d Department
 	err := row.Scan(&d.UID, &d.ID, &d.DisplayName, &d.Budget.GPU, &d.Budget.CPUMillis, &d.Budget.MemoryBytes,
-		&d.AdminGroups, &d.RequesterCannotDecide, &d.Version, &d.Created, &d.Updated)
+		&d.AdminGroups, &d.RequesterCannotDecide, &d.Version, &d.Created, &d.Updated, &d.SleepingKeepsQuota)
 	return d, err
 }
 
@@ -94,9 +95,9 @@ func adminGroups(d Department) []string {
 
 func insertDepartment(ctx context.Context, tx *store.Tx, d Department) (Department, error) {
 	row, err := scanDepartment(tx.QueryRow(ctx, `
-		INSERT INTO departments (id, display_name, gpu_centi, cpu_millis, memory_bytes, admin_groups, requester_cannot_decide)
-		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+departmentColumns,
-		d.ID, d.DisplayName, d.Budget.GPU, d.Budget.CPUMillis, d.Budget.MemoryBytes, adminGroups(d), d.RequesterCannotDecide))
+		INSERT INTO departments (id, display_name, gpu_centi, cpu_millis, memory_bytes, admin_groups, requester_cannot_decide, sleeping_keeps_quota)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING `+departmentColumns,
+		d.ID, d.DisplayName, d.Budget.GPU, d.Budget.CPUMillis, d.Budget.MemoryBytes, adminGroups(d), d.RequesterCannotDecide, d.SleepingKeepsQuota))
 	if err != nil && errs.KindOf(store.Classify(err)) == errs.KindAlreadyExists {
 		return row, errs.AlreadyExists(names.Department(d.ID))
 	}
@@ -106,9 +107,9 @@ func insertDepartment(ctx context.Context, tx *store.Tx, d Department) (Departme
 func updateDepartment(ctx context.Context, tx *store.Tx, d Department) (Department, error) {
 	return scanDepartment(tx.QueryRow(ctx, `
 		UPDATE departments SET display_name = $2, gpu_centi = $3, cpu_millis = $4, memory_bytes = $5,
-		       admin_groups = $6, requester_cannot_decide = $7, version = version + 1, update_time = now()
+		       admin_groups = $6, requester_cannot_decide = $7, sleeping_keeps_quota = $8, version = version + 1, update_time = now()
 		 WHERE id = $1 RETURNING `+departmentColumns,
-		d.ID, d.DisplayName, d.Budget.GPU, d.Budget.CPUMillis, d.Budget.MemoryBytes, adminGroups(d), d.RequesterCannotDecide))
+		d.ID, d.DisplayName, d.Budget.GPU, d.Budget.CPUMillis, d.Budget.MemoryBytes, adminGroups(d), d.RequesterCannotDecide, d.SleepingKeepsQuota))
 }
 
 func deleteDepartment(ctx context.Context, tx *store.Tx, id string) error {

@@ -5,6 +5,7 @@ package tenancy
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -16,7 +17,8 @@ import (
 	"github.com/gpuplane/gpuplane/internal/virtualcluster"
 )
 
-const teamColumns = `uid, id, department_id, display_name, isolation_tier, node_pool, gpu_centi, cpu_millis, memory_bytes, version, create_time, update_time`
+const teamColumns = `uid, id, department_id, display_name, isolation_tier, node_pool, gpu_centi, cpu_millis, memory_bytes, version, create_time, update_time,
+	auto_sleep_after_seconds`
 
 // poolConstraint is the unique index that keeps a dedicated node pool to
 // one team (migration 4).
@@ -24,8 +26,10 @@ const poolConstraint = "teams_dedicated_node_pool"
 
 func scanTeam(row pgx.Row) (Team, error) {
 	var t Team
+	var autoSleep int64
 	err := row.Scan(&t.UID, &t.ID, &t.Department, &t.DisplayName, &t.Tier, &t.Pool, &t.Quota.GPU, &t.Quota.CPUMillis,
-		&t.Quota.MemoryBytes, &t.Version, &t.Created, &t.Updated)
+		&t.Quota.MemoryBytes, &t.Version, &t.Created, &t.Updated, &autoSleep)
+	t.AutoSleepAfter = time.Duration(autoSleep) * time.Second
 	return t, err
 }
 
@@ -36,9 +40,11 @@ func GetTeam(ctx context.Context, q store.Querier, id string, lock bool) (Team, 
 
 func insertTeam(ctx context.Context, tx *store.Tx, t Team) (Team, error) {
 	row, err := scanTeam(tx.QueryRow(ctx, `
-		INSERT INTO teams (id, department_id, display_name, isolation_tier, node_pool, gpu_centi, cpu_millis, memory_bytes)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING `+teamColumns,
-		t.ID, t.Department, t.DisplayName, t.Tier, t.Pool, t.Quota.GPU, t.Quota.CPUMillis, t.Quota.MemoryBytes))
+		INSERT INTO teams (id, department_id, display_name, isolation_tier, node_pool, gpu_centi, cpu_millis, memory_bytes,
+		                   auto_sleep_after_seconds)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING `+teamColumns,
+		t.ID, t.Department, t.DisplayName, t.Tier, t.Pool, t.Quota.GPU, t.Quota.CPUMillis, t.Quota.MemoryBytes,
+		int64(t.AutoSleepAfter/time.Second)))
 	switch {
 	case err == nil:
 	case store.ConstraintName(err) == poolConstraint:
@@ -52,9 +58,9 @@ func insertTeam(ctx context.Context, tx *store.Tx, t Team) (Team, error) {
 func updateTeam(ctx context.Context, tx *store.Tx, t Team) (Team, error) {
 	row, err := scanTeam(tx.QueryRow(ctx, `
 		UPDATE teams SET display_name = $2, isolation_tier = $3, gpu_centi = $4, cpu_millis = $5, memory_bytes = $6,
-		       node_pool = $7, version = version + 1, update_time = now()
+		       node_pool = $7, auto_sleep_after_seconds = $8, version = version + 1, update_time = now()
 		 WHERE id = $1 RETURNING `+teamColumns,
-		t.ID, t.DisplayName, t.Tier, t.Quota.GPU, t.Quota.CPUMillis, t.Quota.MemoryBytes, t.Pool))
+		t.ID, t.DisplayName, t.Tier, t.Quota.GPU, t.Quota.CPUMillis, t.Quota.MemoryBytes, t.Pool, int64(t.AutoSleepAfter/time.Second)))
 	if store.ConstraintName(err) == poolConstraint {
 		return row, poolTaken("team.node_pool", t.Pool)
 	}
@@ -97,7 +103,7 @@ func countTeams(ctx context.Context, q store.Querier, dept string) (int, error) 
 
 var teamFilter = filter.Schema{
 	"department":     {Column: "department_id", Type: filter.String, Strip: "departments/"},
-	"isolation_tier": {Column: "isolation_tier", Type: filter.Enum, Enum: []string{string(TierShared), string(TierDedicated)}},
+	"isolation_tier": {Column: "isolation_tier", Type: filter.Enum, Enum: []string{string(TierShared), string(TierDedicated), string(TierSandbox)}},
 	"display_name":   {Column: "display_name", Type: filter.String, Prefix: true},
 }
 

@@ -23,14 +23,20 @@ type Tier string
 const (
 	TierShared    Tier = "SHARED"
 	TierDedicated Tier = "DEDICATED"
+	// TierSandbox: a fenced node slice of the team's own where its virtual
+	// cluster runs its own scheduler.
+	TierSandbox Tier = "SANDBOX"
 )
 
 // Tiers are the valid tiers, in API order.
-var Tiers = []Tier{TierShared, TierDedicated}
+var Tiers = []Tier{TierShared, TierDedicated, TierSandbox}
 
 // WholeGPUsOnly reports tiers with whole GPUs only: KAI does not isolate GPU memory between pods sharing a
 // GPU, so a DEDICATED team's quotas are whole GPUs.
-func (t Tier) WholeGPUsOnly() bool { return t == TierDedicated }
+func (t Tier) WholeGPUsOnly() bool { return t == TierDedicated || t == TierSandbox }
+
+// OwnPool reports tiers whose teams have a node pool of their own.
+func (t Tier) OwnPool() bool { return t == TierDedicated || t == TierSandbox }
 
 // ResolvePool is the node pool of team (of tier) when asked names one
 // ("" = the tier's default), and whether that is a choice other than the
@@ -41,11 +47,14 @@ func ResolvePool(v *errs.Violations, field string, tier Tier, team, asked string
 	switch tier {
 	case TierShared:
 		if asked != "" && asked != names.SharedPool {
-			v.Add(field, "SHARED teams run in the shared pool %q; only DEDICATED teams have a node pool of their own", names.SharedPool)
+			v.Add(field, "SHARED teams run in the shared pool %q; only DEDICATED and SANDBOX teams have a node pool of their own", names.SharedPool)
 		}
 		return names.SharedPool, false
-	case TierDedicated:
+	case TierDedicated, TierSandbox:
 		def := names.DedicatedPool(team)
+		if tier == TierSandbox {
+			def = names.SandboxPool(team)
+		}
 		if asked == "" || asked == def {
 			return def, false
 		}
@@ -80,10 +89,27 @@ type Team struct {
 	Tier                        Tier
 	// Pool is the team's node pool: names.SharedPool for SHARED teams,
 	// the team's own for DEDICATED ones (ResolvePool).
-	Pool             string
-	Quota            quota.Resources
+	Pool  string
+	Quota quota.Resources
+	// AutoSleepAfter puts the team's virtual clusters to sleep once idle
+	// this long (0: never).
+	AutoSleepAfter   time.Duration
 	Version          int64
 	Created, Updated time.Time
+}
+
+// Auto-sleep bounds: shorter would sleep clusters between two kubectl
+// runs; longer is no longer "idle".
+const (
+	MinAutoSleepAfter = 10 * time.Minute
+	MaxAutoSleepAfter = 30 * 24 * time.Hour
+)
+
+// CheckAutoSleepAfter validates an auto-sleep duration (0 turns it off).
+func CheckAutoSleepAfter(v *errs.Violations, field string, d time.Duration) {
+	if d != 0 && (d < MinAutoSleepAfter || d > MaxAutoSleepAfter || d%time.Second != 0) {
+		v.Add(field, "must be 0 (never) or whole seconds between %s and %s (got %s)", MinAutoSleepAfter, MaxAutoSleepAfter, d)
+	}
 }
 
 // Name is the API resource name.
@@ -103,13 +129,19 @@ type teamJSON struct {
 	UpdateTime    *jsonshape.Time  `json:"update_time,omitempty"`
 	NodePool      string           `json:"node_pool,omitempty"`
 	UID           string           `json:"uid,omitempty"`
+	// AutoSleepAfter is protojson's Duration form, e.g. "3600s".
+	AutoSleepAfter string `json:"auto_sleep_after,omitempty"`
 }
 
 // Snapshot renders t as the API does (the Team message), for audit.
 func (t Team) Snapshot() any {
-	return teamJSON{Name: t.Name(), Department: names.Department(t.Department), DisplayName: t.DisplayName,
+	s := teamJSON{Name: t.Name(), Department: names.Department(t.Department), DisplayName: t.DisplayName,
 		IsolationTier: t.Tier, Quota: jsonshape.QuotaOf(t.Quota), Etag: t.Etag(),
 		CreateTime: &jsonshape.Time{Time: t.Created}, UpdateTime: &jsonshape.Time{Time: t.Updated}, NodePool: t.Pool, UID: t.UID}
+	if t.AutoSleepAfter > 0 {
+		s.AutoSleepAfter = strconv.FormatInt(int64(t.AutoSleepAfter/time.Second), 10) + "s"
+	}
+	return s
 }
 
 // CreateTeam stores a team whose quota fits its department's budget and

@@ -67,6 +67,9 @@ func (f *fixture) liveVC(team, id string, q quota.Resources, fractional bool) {
 		if _, err := virtualcluster.InsertPending(ctx, tx, team, id, virtualcluster.Spec{Quota: q, AllowFractionalGPUs: fractional}); err != nil {
 			return err
 		}
+		if err := virtualcluster.PlaceOn(ctx, tx, id, "default"); err != nil {
+			return err
+		}
 		_, err := virtualcluster.Move(ctx, tx, id, virtualcluster.PhaseProvisioning, q, nil, virtualcluster.Versions{}, false)
 		return err
 	}))

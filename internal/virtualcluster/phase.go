@@ -20,6 +20,7 @@ const (
 	PhaseDeleted         Phase = "DELETED"
 	PhaseFailed          Phase = "FAILED"
 	PhaseRejected        Phase = "REJECTED"
+	PhaseSleeping        Phase = "SLEEPING"
 )
 
 // rules are what a phase means; every question about phases is answered
@@ -47,13 +48,17 @@ var table = []struct {
 	rules rules
 }{
 	{PhasePendingApproval, rules{next: []Phase{PhaseProvisioning, PhaseRejected}}},
-	{PhaseProvisioning, rules{holdsQuota: true, live: true, resync: true, next: []Phase{PhaseReady, PhaseDegraded, PhaseFailed, PhaseDeleting}}},
-	{PhaseReady, rules{holdsQuota: true, live: true, resync: true, reachable: true, next: []Phase{PhaseDegraded, PhaseProvisioning, PhaseDeleting}}},
-	{PhaseDegraded, rules{holdsQuota: true, live: true, resync: true, reachable: true, next: []Phase{PhaseReady, PhaseProvisioning, PhaseFailed, PhaseDeleting}}},
+	{PhaseProvisioning, rules{holdsQuota: true, live: true, resync: true, next: []Phase{PhaseReady, PhaseDegraded, PhaseFailed, PhaseDeleting, PhaseSleeping}}},
+	{PhaseReady, rules{holdsQuota: true, live: true, resync: true, reachable: true, next: []Phase{PhaseDegraded, PhaseProvisioning, PhaseDeleting, PhaseSleeping}}},
+	{PhaseDegraded, rules{holdsQuota: true, live: true, resync: true, reachable: true, next: []Phase{PhaseReady, PhaseProvisioning, PhaseFailed, PhaseDeleting, PhaseSleeping}}},
 	{PhaseDeleting, rules{holdsQuota: true, next: []Phase{PhaseDeleted, PhaseFailed}}},
 	{PhaseDeleted, rules{gone: true}},
 	{PhaseFailed, rules{holdsQuota: true, live: true, next: []Phase{PhaseProvisioning, PhaseDeleting}}},
 	{PhaseRejected, rules{gone: true}},
+	// Asleep: still placed and holding its quota; the worker keeps it
+	// asleep (an outage of its host cluster leaves it SLEEPING, nothing
+	// runs anyway); wake moves it to PROVISIONING.
+	{PhaseSleeping, rules{holdsQuota: true, live: true, resync: true, next: []Phase{PhaseProvisioning, PhaseFailed, PhaseDeleting}}},
 }
 
 func (p Phase) rules() (rules, bool) {

@@ -2,7 +2,7 @@ package virtualcluster
 
 import "testing"
 
-var allPhases = []Phase{PhasePendingApproval, PhaseProvisioning, PhaseReady, PhaseDegraded, PhaseDeleting, PhaseDeleted, PhaseFailed, PhaseRejected}
+var allPhases = []Phase{PhasePendingApproval, PhaseProvisioning, PhaseReady, PhaseDegraded, PhaseDeleting, PhaseDeleted, PhaseFailed, PhaseRejected, PhaseSleeping}
 
 func TestStateMachineCanMovePhase(t *testing.T) {
 	allowed := map[[2]Phase]bool{
@@ -28,6 +28,15 @@ func TestStateMachineCanMovePhase(t *testing.T) {
 
 		{PhaseDeleting, PhaseDeleted}: true,
 		{PhaseDeleting, PhaseFailed}:  true,
+
+		// Sleep: converged asleep from any awake live phase; wake goes
+		// through PROVISIONING.
+		{PhaseProvisioning, PhaseSleeping}: true,
+		{PhaseReady, PhaseSleeping}:        true,
+		{PhaseDegraded, PhaseSleeping}:     true,
+		{PhaseSleeping, PhaseProvisioning}: true,
+		{PhaseSleeping, PhaseFailed}:       true,
+		{PhaseSleeping, PhaseDeleting}:     true,
 	}
 	for _, from := range allPhases {
 		for _, to := range allPhases {
@@ -53,7 +62,7 @@ func TestStateMachineCanMovePhase(t *testing.T) {
 }
 
 func TestStateMachineLivePhases(t *testing.T) {
-	live := map[Phase]bool{PhaseProvisioning: true, PhaseReady: true, PhaseDegraded: true, PhaseFailed: true}
+	live := map[Phase]bool{PhaseProvisioning: true, PhaseReady: true, PhaseDegraded: true, PhaseFailed: true, PhaseSleeping: true}
 	for _, p := range allPhases {
 		if got := p.IsLive(); got != live[p] {
 			t.Errorf("isLive(%s) = %v, want %v", p, got, live[p])
@@ -68,12 +77,12 @@ func TestPhaseSets(t *testing.T) {
 		pred func(Phase) bool
 		want []string
 	}{
-		{"holds quota", Phase.HoldsQuota, []string{"PROVISIONING", "READY", "DEGRADED", "DELETING", "FAILED"}},
-		{"needs resync", Phase.NeedsResync, []string{"PROVISIONING", "READY", "DEGRADED"}},
-		{"live", Phase.IsLive, []string{"PROVISIONING", "READY", "DEGRADED", "FAILED"}},
+		{"holds quota", Phase.HoldsQuota, []string{"PROVISIONING", "READY", "DEGRADED", "DELETING", "FAILED", "SLEEPING"}},
+		{"needs resync", Phase.NeedsResync, []string{"PROVISIONING", "READY", "DEGRADED", "SLEEPING"}},
+		{"live", Phase.IsLive, []string{"PROVISIONING", "READY", "DEGRADED", "FAILED", "SLEEPING"}},
 		{"reachable", Phase.IsReachable, []string{"READY", "DEGRADED"}},
 		{"gone", Phase.IsGone, []string{"DELETED", "REJECTED"}},
-		{"valid", Phase.Valid, []string{"PENDING_APPROVAL", "PROVISIONING", "READY", "DEGRADED", "DELETING", "DELETED", "FAILED", "REJECTED"}},
+		{"valid", Phase.Valid, []string{"PENDING_APPROVAL", "PROVISIONING", "READY", "DEGRADED", "DELETING", "DELETED", "FAILED", "REJECTED", "SLEEPING"}},
 	} {
 		got := PhasesWhere(tc.pred)
 		if len(got) != len(tc.want) {

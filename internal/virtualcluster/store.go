@@ -18,7 +18,8 @@ import (
 const columns = `uid, id, team_id, display_name, gpu_centi, cpu_millis, memory_bytes,
 	limit_gpu_centi, limit_cpu_millis, limit_memory_bytes, over_quota_weight, priority, allow_fractional_gpus,
 	kubernetes_version, chart_version, expire_time, phase, conditions, generation, observed_generation,
-	endpoint, status_message, alloc_gpu_centi, alloc_cpu_millis, alloc_memory_bytes, version, create_time, update_time`
+	endpoint, status_message, alloc_gpu_centi, alloc_cpu_millis, alloc_memory_bytes, version, create_time, update_time,
+	COALESCE(host_cluster_id, ''), placement_host_cluster, placement_labels, sleep`
 
 // The phase sets of the rules in phase.go, as SQL array arguments.
 var (
@@ -40,9 +41,12 @@ func scan(row pgx.Row) (VirtualCluster, error) {
 		&lg, &lc, &lm, &s.OverQuotaWeight, &s.Priority, &s.AllowFractionalGPUs,
 		&s.KubernetesVersion, &s.ChartVersion, &s.ExpireTime, &v.Phase, &conds, &v.Generation, &v.ObservedGeneration,
 		&v.Endpoint, &v.StatusMessage, &v.Allocated.GPU, &v.Allocated.CPUMillis, &v.Allocated.MemoryBytes,
-		&v.Version, &v.Created, &v.Updated)
+		&v.Version, &v.Created, &v.Updated, &v.HostCluster, &s.Placement.HostCluster, &s.Placement.Labels, &s.Sleep)
 	if err != nil {
 		return v, err
+	}
+	if len(s.Placement.Labels) == 0 {
+		s.Placement.Labels = nil
 	}
 	if lg != nil && lc != nil && lm != nil {
 		s.Limit = &quota.Resources{GPU: quota.GPU(*lg), CPUMillis: *lc, MemoryBytes: *lm}
@@ -92,14 +96,19 @@ func GetOfTeam(ctx context.Context, q store.Querier, team, id string) (VirtualCl
 // with its team, untouched.
 func InsertPending(ctx context.Context, tx *store.Tx, team, id string, spec Spec) (VirtualCluster, error) {
 	lg, lc, lm := limitColumns(spec.Limit)
+	labels := spec.Placement.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
 	row, err := scan(tx.QueryRow(ctx, `
 		INSERT INTO virtual_clusters (id, team_id, display_name, gpu_centi, cpu_millis, memory_bytes,
 		       limit_gpu_centi, limit_cpu_millis, limit_memory_bytes, over_quota_weight, priority,
-		       allow_fractional_gpus, kubernetes_version, chart_version, expire_time, phase)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING `+columns,
+		       allow_fractional_gpus, kubernetes_version, chart_version, expire_time, phase,
+		       placement_host_cluster, placement_labels)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) RETURNING `+columns,
 		id, team, spec.DisplayName, spec.Quota.GPU, spec.Quota.CPUMillis, spec.Quota.MemoryBytes, lg, lc, lm,
 		spec.OverQuotaWeight, spec.Priority, spec.AllowFractionalGPUs, spec.KubernetesVersion,
-		spec.ChartVersion, spec.ExpireTime, PhasePendingApproval))
+		spec.ChartVersion, spec.ExpireTime, PhasePendingApproval, spec.Placement.HostCluster, labels))
 	if store.SQLState(err) == "23505" {
 		return row, errs.New(errs.KindAlreadyExists, errs.ReasonAlreadyExists,
 			"virtual cluster name %q is taken (names are unique across all teams: they name KAI queues)", id).With("virtual_cluster_id", id)
@@ -128,6 +137,57 @@ func Move(ctx context.Context, tx *store.Tx, id string, phase Phase, q quota.Res
 		       generation = generation + $10, status_message = '', version = version + 1, update_time = now()
 		 WHERE uid = `+currentUID+` RETURNING `+columns,
 		id, gonePhases, phase, q.GPU, q.CPUMillis, q.MemoryBytes, lg, lc, lm, inc, v.Chart, v.Kubernetes))
+}
+
+// SetSleep changes whether the virtual cluster should be asleep, bumps
+// the generation and moves the phase (SLEEPING -> PROVISIONING on wake;
+// the worker sets SLEEPING once the host shows it asleep). The caller has
+// checked the phase and locked the row.
+func SetSleep(ctx context.Context, tx *store.Tx, id string, sleep bool, phase Phase) (VirtualCluster, error) {
+	return scan(tx.QueryRow(ctx, `UPDATE virtual_clusters SET sleep = $3, phase = $4, generation = generation + 1,
+		status_message = '', active_time = now(), version = version + 1, update_time = now() WHERE uid = `+currentUID+` RETURNING `+columns,
+		id, gonePhases, sleep, phase))
+}
+
+// Touch records API activity about a virtual cluster (a kubeconfig handed
+// out): it is not idle. It does not change version (no etag moves).
+func Touch(ctx context.Context, q store.Querier, id string) error {
+	_, err := q.Exec(ctx, `UPDATE virtual_clusters SET active_time = now() WHERE uid = `+currentUID, id, gonePhases)
+	return err
+}
+
+// IdleSince reports whether a virtual cluster is idle for auto-sleep at
+// now: its team sleeps idle virtual clusters, it is awake and READY or
+// DEGRADED, no GPU is allocated in its leaf queue and nothing used it for
+// the team's auto_sleep_after.
+const idleCondition = `t.auto_sleep_after_seconds > 0 AND NOT v.sleep AND v.phase = ANY($2) AND v.alloc_gpu_centi = 0
+	AND v.active_time + make_interval(secs => t.auto_sleep_after_seconds) <= $1`
+
+// IdleForAutoSleep lists up to limit virtual clusters idle at now.
+func IdleForAutoSleep(ctx context.Context, q store.Querier, now time.Time, limit int) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT v.id FROM virtual_clusters v JOIN teams t ON t.id = v.team_id
+		WHERE `+idleCondition+` ORDER BY v.active_time LIMIT $3`, now, autoSleepPhases, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// StillIdle re-checks one virtual cluster under the caller's locks.
+func StillIdle(ctx context.Context, q store.Querier, id string, now time.Time) (bool, error) {
+	var idle bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM virtual_clusters v JOIN teams t ON t.id = v.team_id
+		WHERE v.id = $3 AND `+idleCondition+`)`, now, autoSleepPhases, id).Scan(&idle)
+	return idle, err
+}
+
+var autoSleepPhases = []string{string(PhaseReady), string(PhaseDegraded)}
+
+// PlaceOn records the host cluster a virtual cluster runs on (its create
+// request is being approved; the caller holds the locks placement needs).
+func PlaceOn(ctx context.Context, tx *store.Tx, id, hostCluster string) error {
+	_, err := tx.Exec(ctx, `UPDATE virtual_clusters SET host_cluster_id = $3 WHERE uid = `+currentUID, id, gonePhases, hostCluster)
+	return err
 }
 
 // RejectPending marks a virtual cluster still waiting for approval
@@ -162,9 +222,10 @@ func WriteStatus(ctx context.Context, tx *store.Tx, id string, st Status) (Virtu
 	}
 	return scan(tx.QueryRow(ctx, `UPDATE virtual_clusters SET phase = $3, conditions = $4, observed_generation = $5,
 		status_message = $6, alloc_gpu_centi = $7, alloc_cpu_millis = $8, alloc_memory_bytes = $9, endpoint = $10,
+		active_time = CASE WHEN $11 THEN now() ELSE active_time END,
 		version = version + 1, update_time = now() WHERE uid = `+currentUID+` RETURNING `+columns,
 		id, gonePhases, st.Phase, raw, st.ObservedGeneration, st.Message, st.Allocated.GPU, st.Allocated.CPUMillis,
-		st.Allocated.MemoryBytes, st.Endpoint))
+		st.Allocated.MemoryBytes, st.Endpoint, st.Allocated.GPU > 0))
 }
 
 // SetPhase changes phase and status message only (the worker giving up).
@@ -186,11 +247,95 @@ func sum(ctx context.Context, q store.Querier, sql string, args ...any) (quota.R
 	return r, err
 }
 
+// reservesQuota holds for a virtual cluster v whose quota is reserved: it
+// is awake, or its department keeps sleeping virtual clusters' quota
+// (departments.sleeping_keeps_quota, the default).
+const reservesQuota = `(NOT v.sleep OR (SELECT d.sleeping_keeps_quota FROM teams rt JOIN departments d ON d.id = rt.department_id
+	WHERE rt.id = v.team_id))`
+
 // QuotaOfTeam sums the quotas of the team's virtual clusters that hold
 // quota, except excludeVC ("" excludes none).
 func QuotaOfTeam(ctx context.Context, q store.Querier, team, excludeVC string) (quota.Resources, error) {
-	return sum(ctx, q, `SELECT COALESCE(SUM(gpu_centi),0), COALESCE(SUM(cpu_millis),0), COALESCE(SUM(memory_bytes),0)
-		FROM virtual_clusters WHERE team_id = $1 AND id <> $2 AND phase = ANY($3)`, team, excludeVC, holdsQuotaPhases)
+	return sum(ctx, q, `SELECT COALESCE(SUM(v.gpu_centi),0), COALESCE(SUM(v.cpu_millis),0), COALESCE(SUM(v.memory_bytes),0)
+		FROM virtual_clusters v WHERE v.team_id = $1 AND v.id <> $2 AND v.phase = ANY($3) AND `+reservesQuota, team, excludeVC, holdsQuotaPhases)
+}
+
+// QuotaOnHostPool sums the quotas of the virtual clusters on a host
+// cluster whose team runs in node pool pool (the pool's used capacity on
+// that cluster), except excludeVC.
+func QuotaOnHostPool(ctx context.Context, q store.Querier, hostCluster, pool, excludeVC string) (quota.Resources, error) {
+	return sum(ctx, q, `SELECT COALESCE(SUM(v.gpu_centi),0), COALESCE(SUM(v.cpu_millis),0), COALESCE(SUM(v.memory_bytes),0)
+		FROM virtual_clusters v JOIN teams t ON t.id = v.team_id
+		WHERE v.host_cluster_id = $1 AND t.node_pool = $2 AND v.id <> $3 AND v.phase = ANY($4) AND `+reservesQuota,
+		hostCluster, pool, excludeVC, holdsQuotaPhases)
+}
+
+// ParentQuotasOnHost sums the quotas the team's and the department's
+// virtual clusters hold on one host cluster: the quotas of their KAI
+// parent queues there, which cover what lives on that cluster.
+func ParentQuotasOnHost(ctx context.Context, q store.Querier, hostCluster, dept, team string) (teamSum, deptSum quota.Resources, err error) {
+	err = q.QueryRow(ctx, `SELECT
+		       COALESCE(SUM(v.gpu_centi) FILTER (WHERE v.team_id = $3), 0),
+		       COALESCE(SUM(v.cpu_millis) FILTER (WHERE v.team_id = $3), 0),
+		       COALESCE(SUM(v.memory_bytes) FILTER (WHERE v.team_id = $3), 0),
+		       COALESCE(SUM(v.gpu_centi), 0), COALESCE(SUM(v.cpu_millis), 0), COALESCE(SUM(v.memory_bytes), 0)
+		  FROM virtual_clusters v JOIN teams t ON t.id = v.team_id
+		 WHERE v.host_cluster_id = $1 AND t.department_id = $2 AND v.phase = ANY($4) AND `+reservesQuota,
+		hostCluster, dept, team, holdsQuotaPhases).Scan(&teamSum.GPU, &teamSum.CPUMillis, &teamSum.MemoryBytes,
+		&deptSum.GPU, &deptSum.CPUMillis, &deptSum.MemoryBytes)
+	return teamSum, deptSum, err
+}
+
+// OnHostCluster lists (by name, at most limit) the virtual clusters on a
+// host cluster that are not gone, and those waiting for approval that ask
+// for it by name, and counts them all.
+func OnHostCluster(ctx context.Context, q store.Querier, hostCluster string, limit int) (names []string, total int, err error) {
+	rows, err := q.Query(ctx, `SELECT team_id, id, count(*) OVER () FROM virtual_clusters
+		WHERE (host_cluster_id = $1 OR (phase = $4 AND placement_host_cluster = $1)) AND NOT (phase = ANY($2))
+		ORDER BY team_id, id LIMIT $3`, hostCluster, gonePhases, limit, PhasePendingApproval)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var team, id string
+		if err := rows.Scan(&team, &id, &total); err != nil {
+			return nil, 0, err
+		}
+		names = append(names, VirtualCluster{ID: id, Team: team}.Name())
+	}
+	return names, total, rows.Err()
+}
+
+// OnHostClusterInTier lists (at most limit) the virtual clusters on a host
+// cluster that are not gone and whose team is in tier.
+func OnHostClusterInTier(ctx context.Context, q store.Querier, hostCluster, tier string, limit int) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT v.team_id, v.id FROM virtual_clusters v JOIN teams t ON t.id = v.team_id
+		WHERE v.host_cluster_id = $1 AND t.isolation_tier = $2 AND NOT (v.phase = ANY($3)) ORDER BY v.team_id, v.id LIMIT $4`,
+		hostCluster, tier, gonePhases, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var team, id string
+		err := r.Scan(&team, &id)
+		return VirtualCluster{ID: id, Team: team}.Name(), err
+	})
+}
+
+// ForgetHostCluster clears the host cluster of gone virtual clusters that
+// ran on it (their history is in the audit log), so it can be deleted.
+func ForgetHostCluster(ctx context.Context, tx *store.Tx, hostCluster string) error {
+	_, err := tx.Exec(ctx, `UPDATE virtual_clusters SET host_cluster_id = NULL WHERE host_cluster_id = $1 AND phase = ANY($2)`,
+		hostCluster, gonePhases)
+	return err
+}
+
+// CountByHostCluster counts the virtual clusters that are not gone on each
+// host cluster.
+func CountByHostCluster(ctx context.Context, q store.Querier) (map[string]int64, error) {
+	return store.CountBy(ctx, q, `SELECT host_cluster_id, count(*) FROM virtual_clusters
+		WHERE host_cluster_id IS NOT NULL AND NOT (phase = ANY($1)) GROUP BY host_cluster_id`, gonePhases)
 }
 
 // AllocatedToTeam sums what KAI reports allocated in the team's queues.
@@ -234,7 +379,8 @@ func NextExpired(ctx context.Context, tx *store.Tx, now time.Time) (id, team str
 }
 
 var listFilter = filter.Schema{
-	"phase": {Column: "phase", Type: filter.Enum, Enum: PhasesWhere(Phase.Valid)},
+	"phase":        {Column: "phase", Type: filter.Enum, Enum: PhasesWhere(Phase.Valid)},
+	"host_cluster": {Column: "host_cluster_id", Type: filter.String, Strip: "hostClusters/"},
 }
 
 // ListOptions select one page of a list.

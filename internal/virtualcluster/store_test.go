@@ -39,6 +39,9 @@ func TestRepository(t *testing.T) {
 			if _, err := virtualcluster.InsertPending(ctx, tx, "t", id, virtualcluster.Spec{Quota: one}); err != nil {
 				return err
 			}
+			if err := virtualcluster.PlaceOn(ctx, tx, id, "default"); err != nil {
+				return err
+			}
 			_, err := virtualcluster.SetPhase(ctx, tx, id, p, "")
 			return err
 		}); err != nil {

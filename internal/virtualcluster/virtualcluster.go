@@ -24,6 +24,11 @@ type Spec struct {
 	KubernetesVersion   string
 	ChartVersion        string
 	ExpireTime          *time.Time
+	// Placement is where the create request asked it to run.
+	Placement Placement
+	// Sleep: it should be asleep (control plane at zero, leaf queue
+	// admitting nothing); set by :sleep, cleared by :wake.
+	Sleep bool
 }
 
 // VirtualCluster is a stored virtual cluster: spec, status and row
@@ -41,8 +46,11 @@ type VirtualCluster struct {
 	Endpoint           string
 	StatusMessage      string
 	Allocated          quota.Resources
-	Version            int64
-	Created, Updated   time.Time
+	// HostCluster is the id of the host cluster it runs on, chosen when
+	// its create request was approved ("" until then).
+	HostCluster      string
+	Version          int64
+	Created, Updated time.Time
 }
 
 // Name is the API resource name.
@@ -62,6 +70,8 @@ type SpecJSON struct {
 	KubernetesVersion   string           `json:"kubernetes_version,omitempty"`
 	ChartVersion        string           `json:"chart_version,omitempty"`
 	ExpireTime          *jsonshape.Time  `json:"expire_time,omitempty"`
+	Placement           *placementJSON   `json:"placement,omitempty"`
+	Sleep               bool             `json:"sleep,omitempty"`
 }
 
 // JSON renders the spec as the API does.
@@ -70,6 +80,7 @@ func (s Spec) JSON() *SpecJSON {
 		DisplayName: s.DisplayName, Quota: jsonshape.QuotaOf(s.Quota), Limit: jsonshape.QuotaPtr(s.Limit),
 		OverQuotaWeight: s.OverQuotaWeight, Priority: s.Priority, AllowFractionalGPUs: s.AllowFractionalGPUs,
 		KubernetesVersion: s.KubernetesVersion, ChartVersion: s.ChartVersion, ExpireTime: jsonshape.At(s.ExpireTime),
+		Placement: s.Placement.json(), Sleep: s.Sleep,
 	}
 }
 
@@ -79,7 +90,8 @@ func (j *SpecJSON) Spec() (Spec, error) {
 		return Spec{}, nil
 	}
 	s := Spec{DisplayName: j.DisplayName, OverQuotaWeight: j.OverQuotaWeight, Priority: j.Priority,
-		AllowFractionalGPUs: j.AllowFractionalGPUs, KubernetesVersion: j.KubernetesVersion, ChartVersion: j.ChartVersion}
+		AllowFractionalGPUs: j.AllowFractionalGPUs, KubernetesVersion: j.KubernetesVersion, ChartVersion: j.ChartVersion,
+		Placement: j.Placement.placement()}
 	var err error
 	if s.Quota, err = j.Quota.Resources(); err != nil {
 		return s, err
@@ -105,6 +117,7 @@ type statusJSON struct {
 	Endpoint           string           `json:"endpoint,omitempty"`
 	Message            string           `json:"message,omitempty"`
 	Allocated          *jsonshape.Quota `json:"allocated,omitempty"`
+	HostCluster        string           `json:"host_cluster,omitempty"`
 }
 
 // Snapshot is the virtual cluster as the API renders it (the
@@ -127,6 +140,7 @@ func (v VirtualCluster) Snapshot() *Snapshot {
 		Status: &statusJSON{
 			Phase: v.Phase, Conditions: conditionsJSON(v.Conditions), ObservedGeneration: jsonshape.Int64(v.ObservedGeneration),
 			Endpoint: v.Endpoint, Message: v.StatusMessage, Allocated: jsonshape.QuotaOf(v.Allocated),
+			HostCluster: hostClusterName(v.HostCluster),
 		},
 		Generation: jsonshape.Int64(v.Generation),
 		Etag:       v.Etag(),
@@ -143,4 +157,12 @@ func (s *Snapshot) WithMessage(msg string) *Snapshot {
 	st.Message = msg
 	c.Status = &st
 	return &c
+}
+
+// hostClusterName is the resource name of a host cluster id ("" stays "").
+func hostClusterName(id string) string {
+	if id == "" {
+		return ""
+	}
+	return names.HostCluster(id)
 }

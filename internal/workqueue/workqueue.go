@@ -55,6 +55,27 @@ func EnqueueDepartment(ctx context.Context, tx *store.Tx, department string) err
 	return err
 }
 
+// EnqueueHostCluster asks for a reconcile of every virtual cluster on a
+// host cluster that needs resyncing (the cluster came back, or its
+// reachability or nodes changed).
+func EnqueueHostCluster(ctx context.Context, q store.Querier, hostCluster string) (int64, error) {
+	tag, err := q.Exec(ctx, `INSERT INTO reconcile_work (virtual_cluster_id, enqueue_time, run_after, trace_parent)
+		SELECT id, clock_timestamp(), clock_timestamp(), $2 FROM virtual_clusters
+		 WHERE host_cluster_id = $1 AND phase = ANY($3)`+upsert, hostCluster, traceParent(ctx), resyncPhases)
+	return tag.RowsAffected(), err
+}
+
+// EnqueueDepartmentOnHost asks for a reconcile of the department's virtual
+// clusters on one host cluster: their parent queues there cover what the
+// department holds on that cluster, which just changed.
+func EnqueueDepartmentOnHost(ctx context.Context, tx *store.Tx, department, hostCluster string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO reconcile_work (virtual_cluster_id, enqueue_time, run_after, trace_parent)
+		SELECT v.id, clock_timestamp(), clock_timestamp(), $3 FROM virtual_clusters v JOIN teams t ON t.id = v.team_id
+		 WHERE t.department_id = $1 AND v.host_cluster_id = $2 AND v.phase = ANY($4)`+upsert,
+		department, hostCluster, traceParent(ctx), resyncPhases)
+	return err
+}
+
 // Resync queues every virtual cluster that needs resyncing for a reconcile
 // that repairs drift. Queued ones keep their place. Safe from several
 // workers at once. It returns how many it queued.
@@ -76,7 +97,10 @@ func traceParent(ctx context.Context) *string {
 // Claim is one leased work item.
 type Claim struct {
 	VirtualCluster string
-	Attempts       int
+	// HostCluster is the host cluster the virtual cluster runs on ("" when
+	// it has none yet).
+	HostCluster string
+	Attempts    int
 	// Enqueued is the enqueue_time claimed; Done and Later compare it.
 	Enqueued time.Time
 	// TraceParent is the W3C traceparent of the change that enqueued the
@@ -94,26 +118,60 @@ func Now(ctx context.Context, q store.Querier) (time.Time, error) {
 // ClaimDue leases up to n due items to owner for lease (SKIP LOCKED: two
 // workers never claim the same item); with a cutoff, only items due at or
 // before it.
-func ClaimDue(ctx context.Context, q store.Querier, owner string, lease time.Duration, n int, cutoff *time.Time) ([]Claim, error) {
+//
+// Work is sharded by host cluster: at most perCluster items of one host
+// cluster are claimed, and busy lists host clusters with fewer free slots
+// (host cluster -> slots left, 0 for none), so a host cluster that is slow
+// or down never takes every slot of a worker.
+func ClaimDue(ctx context.Context, q store.Querier, owner string, lease time.Duration, n int, cutoff *time.Time,
+	perCluster int, busy map[string]int) ([]Claim, error) {
 	if n <= 0 {
 		return nil, nil
 	}
+	if perCluster <= 0 {
+		perCluster = n
+	}
+	// Never nil: a NULL array would make "= ANY" NULL and filter out everything.
+	busyClusters, full, busySlots := []string{}, []string{}, []int32{}
+	for c, free := range busy {
+		if free <= 0 {
+			full = append(full, c)
+			continue
+		}
+		busyClusters, busySlots = append(busyClusters, c), append(busySlots, int32(free))
+	}
+	// Candidates (not of full host clusters) are locked first: FOR UPDATE
+	// cannot share a level with the window function that caps each host
+	// cluster. A few times n of them leave room for the cap to skip some;
+	// locked rows that are not claimed are released when the statement ends.
 	rows, err := q.Query(ctx, `
+		WITH due AS (
+		  SELECT w.virtual_cluster_id, w.run_after, COALESCE(v.host_cluster_id, '') AS host_cluster
+		    FROM reconcile_work w LEFT JOIN virtual_clusters v ON v.id = w.virtual_cluster_id
+		   WHERE w.run_after <= COALESCE($4::timestamptz, clock_timestamp())
+		     AND (w.lease_expire_time IS NULL OR w.lease_expire_time < clock_timestamp())
+		     AND NOT (COALESCE(v.host_cluster_id, '') = ANY($8::text[]))
+		   ORDER BY w.run_after
+		   LIMIT $3 * 4 FOR UPDATE OF w SKIP LOCKED),
+		ranked AS (
+		  SELECT d.*, row_number() OVER (PARTITION BY d.host_cluster ORDER BY d.run_after) AS rank FROM due d),
+		picked AS (
+		  SELECT r.virtual_cluster_id, r.host_cluster FROM ranked r
+		    LEFT JOIN unnest($6::text[], $7::int[]) AS b(host_cluster, free) ON b.host_cluster = r.host_cluster
+		   WHERE r.rank <= COALESCE(b.free, $5)
+		   ORDER BY r.run_after LIMIT $3)
 		UPDATE reconcile_work w SET lease_owner = $1, lease_expire_time = clock_timestamp() + $2::interval,
 		       attempts = w.attempts + 1
-		 WHERE w.virtual_cluster_id IN (
-		       SELECT virtual_cluster_id FROM reconcile_work
-		        WHERE run_after <= COALESCE($4::timestamptz, clock_timestamp())
-		          AND (lease_expire_time IS NULL OR lease_expire_time < clock_timestamp())
-		        ORDER BY run_after
-		        LIMIT $3 FOR UPDATE SKIP LOCKED)
-		RETURNING w.virtual_cluster_id, w.attempts, w.enqueue_time, COALESCE(w.trace_parent, '')`, owner, lease.String(), n, cutoff)
+		  FROM picked p
+		 WHERE w.virtual_cluster_id = p.virtual_cluster_id
+		RETURNING w.virtual_cluster_id, p.host_cluster, w.attempts, w.enqueue_time, COALESCE(w.trace_parent, '')`,
+		owner, lease.String(), n, cutoff, perCluster, busyClusters, busySlots, full)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Claim, error) {
 		var c Claim
-		return c, r.Scan(&c.VirtualCluster, &c.Attempts, &c.Enqueued, &c.TraceParent)
+		return c, r.Scan(&c.VirtualCluster, &c.HostCluster, &c.Attempts, &c.Enqueued, &c.TraceParent)
 	})
 }
 

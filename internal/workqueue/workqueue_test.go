@@ -30,7 +30,8 @@ func seed(t *testing.T, pool *pgxpool.Pool, phases ...virtualcluster.Phase) {
 		}
 	}
 	for _, p := range phases {
-		if _, err := pool.Exec(ctx, `INSERT INTO virtual_clusters (id, team_id, phase, cpu_millis) VALUES ($1, 't', $2, 1)`,
+		if _, err := pool.Exec(ctx, `INSERT INTO virtual_clusters (id, team_id, phase, cpu_millis, host_cluster_id)
+			VALUES ($1, 't', $2, 1, CASE WHEN $2 IN ('PENDING_APPROVAL', 'REJECTED') THEN NULL ELSE 'default' END)`,
 			vcName(p), string(p)); err != nil {
 			t.Fatal(err)
 		}
@@ -98,15 +99,15 @@ func TestClaimLeaseFinish(t *testing.T) {
 		}
 		return workqueue.Enqueue(ctx, tx, prov)
 	})
-	a, err := workqueue.ClaimDue(ctx, db, "a", time.Minute, 1, nil)
+	a, err := workqueue.ClaimDue(ctx, db, "a", time.Minute, 1, nil, 0, nil)
 	if err != nil || len(a) != 1 || a[0].Attempts != 1 {
 		t.Fatalf("worker a claimed %+v (%v)", a, err)
 	}
-	b, err := workqueue.ClaimDue(ctx, db, "b", time.Minute, 5, nil)
+	b, err := workqueue.ClaimDue(ctx, db, "b", time.Minute, 5, nil, 0, nil)
 	if err != nil || len(b) != 1 || b[0].VirtualCluster == a[0].VirtualCluster {
 		t.Fatalf("worker b claimed %+v (%v) while a holds %s", b, err, a[0].VirtualCluster)
 	}
-	if more, _ := workqueue.ClaimDue(ctx, db, "c", time.Minute, 5, nil); len(more) != 0 {
+	if more, _ := workqueue.ClaimDue(ctx, db, "c", time.Minute, 5, nil, 0, nil); len(more) != 0 {
 		t.Fatalf("leased items claimed again: %+v", more)
 	}
 	// Enqueued again while a works: Done leaves the row, due, unleased.
@@ -114,7 +115,7 @@ func TestClaimLeaseFinish(t *testing.T) {
 	if err := workqueue.Done(ctx, db, a[0]); err != nil {
 		t.Fatal(err)
 	}
-	again, err := workqueue.ClaimDue(ctx, db, "a", time.Minute, 5, nil)
+	again, err := workqueue.ClaimDue(ctx, db, "a", time.Minute, 5, nil, 0, nil)
 	if err != nil || len(again) != 1 || again[0].VirtualCluster != a[0].VirtualCluster {
 		t.Fatalf("re-enqueued item not due again: %+v (%v)", again, err)
 	}
@@ -125,13 +126,13 @@ func TestClaimLeaseFinish(t *testing.T) {
 	if err := workqueue.Later(ctx, db, b[0], time.Hour, "boom", true); err != nil {
 		t.Fatal(err)
 	}
-	if due, _ := workqueue.ClaimDue(ctx, db, "b", time.Minute, 5, nil); len(due) != 0 {
+	if due, _ := workqueue.ClaimDue(ctx, db, "b", time.Minute, 5, nil, 0, nil); len(due) != 0 {
 		t.Fatalf("item put back for an hour is due: %+v", due)
 	}
 	if _, err := pool.Exec(ctx, `UPDATE reconcile_work SET run_after = now()`); err != nil {
 		t.Fatal(err)
 	}
-	c, err := workqueue.ClaimDue(ctx, db, "b", time.Minute, 5, nil)
+	c, err := workqueue.ClaimDue(ctx, db, "b", time.Minute, 5, nil, 0, nil)
 	if err != nil || len(c) != 1 || c[0].Attempts != 2 {
 		t.Fatalf("retry claimed %+v (%v), want attempt 2", c, err)
 	}
@@ -142,8 +143,57 @@ func TestClaimLeaseFinish(t *testing.T) {
 	if err != nil || st.Depth != 1 || st.Leased != 0 || st.Due != 1 {
 		t.Fatalf("after release: %+v (%v)", st, err)
 	}
-	c, _ = workqueue.ClaimDue(ctx, db, "c", time.Minute, 5, nil)
+	c, _ = workqueue.ClaimDue(ctx, db, "c", time.Minute, 5, nil, 0, nil)
 	if len(c) != 1 || c[0].Attempts != 2 {
 		t.Fatalf("after release the attempt is given back: %+v", c)
+	}
+}
+
+// Work is sharded by host cluster: a claim takes at most perCluster items
+// of one host cluster, counts what is in flight there (busy), skips host
+// clusters without a free slot, and still serves the others.
+func TestClaimShardsByHostCluster(t *testing.T) {
+	pool := storetest.Pool(t)
+	db := store.New(pool)
+	ctx := context.Background()
+	seed(t, pool)
+	if _, err := pool.Exec(ctx, `INSERT INTO host_clusters (id, kubeconfig_secret, kubeconfig_secret_key, tiers)
+		VALUES ('down', 'down-kubeconfig', 'kubeconfig', '{SHARED}')`); err != nil {
+		t.Fatal(err)
+	}
+	// Six on a host cluster that is down, queued first; two on the default one.
+	for i, hc := range []string{"down", "down", "down", "down", "down", "down", "default", "default"} {
+		id := hc + "-" + string(rune('a'+i))
+		if _, err := pool.Exec(ctx, `INSERT INTO virtual_clusters (id, team_id, phase, cpu_millis, host_cluster_id)
+			VALUES ($1, 't', 'READY', 1, $2)`, id, hc); err != nil {
+			t.Fatal(err)
+		}
+		inTx(t, db, func(ctx context.Context, tx *store.Tx) error { return workqueue.Enqueue(ctx, tx, id) })
+	}
+	count := func(claims []workqueue.Claim) map[string]int {
+		out := map[string]int{}
+		for _, c := range claims {
+			out[c.HostCluster]++
+			if !strings.HasPrefix(c.VirtualCluster, c.HostCluster+"-") {
+				t.Errorf("claim %s reports host cluster %q", c.VirtualCluster, c.HostCluster)
+			}
+		}
+		return out
+	}
+	first, err := workqueue.ClaimDue(ctx, db, "w", time.Minute, 4, nil, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := count(first); got["down"] != 2 || got["default"] != 2 {
+		t.Fatalf("4 slots, 2 per host cluster: claimed %v, want 2 of each although the down cluster's items are older", got)
+	}
+	// Both host clusters now have 2 in flight: nothing more of either.
+	if more, err := workqueue.ClaimDue(ctx, db, "w", time.Minute, 4, nil, 2, map[string]int{"down": 0, "default": 0}); err != nil || len(more) != 0 {
+		t.Fatalf("full host clusters: claimed %+v (%v)", more, err)
+	}
+	// One slot free on the down cluster: exactly one of its items.
+	one, err := workqueue.ClaimDue(ctx, db, "w", time.Minute, 4, nil, 2, map[string]int{"down": 1, "default": 0})
+	if err != nil || len(one) != 1 || one[0].HostCluster != "down" {
+		t.Fatalf("one free slot: claimed %+v (%v)", one, err)
 	}
 }

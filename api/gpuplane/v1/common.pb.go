@@ -32,6 +32,12 @@ const (
 	IsolationTier_SHARED IsolationTier = 1
 	// Dedicated node pool; whole GPUs only, fractions refused.
 	IsolationTier_DEDICATED IsolationTier = 2
+	// A test bed for teams that run their own scheduler: the virtual
+	// cluster runs a scheduler inside and sees a fenced slice of real nodes
+	// (its own pool, "sandbox-<team>" by default, synced from the host by
+	// selector). Its pods may carry a node name, but only of a node in its
+	// slice; whole GPUs only; its pods never draw on other tiers' queues.
+	IsolationTier_SANDBOX IsolationTier = 3
 )
 
 // Enum value maps for IsolationTier.
@@ -40,11 +46,13 @@ var (
 		0: "ISOLATION_TIER_UNSPECIFIED",
 		1: "SHARED",
 		2: "DEDICATED",
+		3: "SANDBOX",
 	}
 	IsolationTier_value = map[string]int32{
 		"ISOLATION_TIER_UNSPECIFIED": 0,
 		"SHARED":                     1,
 		"DEDICATED":                  2,
+		"SANDBOX":                    3,
 	}
 )
 
@@ -205,12 +213,13 @@ const file_gpuplane_v1_common_proto_rawDesc = "" +
 	"\x03gpu\x18\x01 \x01(\tR\x03gpu\x12\x1d\n" +
 	"\n" +
 	"cpu_millis\x18\x02 \x01(\x03R\tcpuMillis\x12!\n" +
-	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes*J\n" +
+	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes*W\n" +
 	"\rIsolationTier\x12\x1e\n" +
 	"\x1aISOLATION_TIER_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
 	"\x06SHARED\x10\x01\x12\r\n" +
-	"\tDEDICATED\x10\x02*H\n" +
+	"\tDEDICATED\x10\x02\x12\v\n" +
+	"\aSANDBOX\x10\x03*H\n" +
 	"\bTeamRole\x12\x19\n" +
 	"\x15TEAM_ROLE_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05OWNER\x10\x01\x12\n" +

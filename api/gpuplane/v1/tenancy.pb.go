@@ -10,6 +10,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	emptypb "google.golang.org/protobuf/types/known/emptypb"
 	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -45,8 +46,13 @@ type Department struct {
 	// may not approve or reject it (platform admins may, audited as
 	// ApproveOwnRequest / RejectOwnRequest). Unset on create: true.
 	RequesterCannotDecide *bool `protobuf:"varint,9,opt,name=requester_cannot_decide,json=requesterCannotDecide,proto3,oneof" json:"requester_cannot_decide,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// Whether a sleeping virtual cluster keeps its quota reserved (default
+	// true). When false, its quota is free for the team's other virtual
+	// clusters and its host cluster's node pool while it sleeps, and waking
+	// it must fit again (FAILED_PRECONDITION naming the shortfall).
+	SleepingKeepsQuota *bool `protobuf:"varint,10,opt,name=sleeping_keeps_quota,json=sleepingKeepsQuota,proto3,oneof" json:"sleeping_keeps_quota,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Department) Reset() {
@@ -142,6 +148,13 @@ func (x *Department) GetRequesterCannotDecide() bool {
 	return false
 }
 
+func (x *Department) GetSleepingKeepsQuota() bool {
+	if x != nil && x.SleepingKeepsQuota != nil {
+		return *x.SleepingKeepsQuota
+	}
+	return false
+}
+
 // Team belongs to one department; it becomes a KAI parent queue whose
 // children are the team's virtual clusters.
 type Team struct {
@@ -168,9 +181,15 @@ type Team struct {
 	NodePool string `protobuf:"bytes,9,opt,name=node_pool,json=nodePool,proto3" json:"node_pool,omitempty"`
 	// This incarnation of the team: a team created later with the same id
 	// has another uid, and its members do not see this one's history.
-	Uid           string `protobuf:"bytes,10,opt,name=uid,proto3" json:"uid,omitempty"` // Output only.
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Uid string `protobuf:"bytes,10,opt,name=uid,proto3" json:"uid,omitempty"` // Output only.
+	// Auto-sleep: a virtual cluster of the team that has been idle this
+	// long is put to sleep (audited as system:auto-sleep). Idle means no GPU
+	// allocated in its KAI leaf queue and no API activity about it (a
+	// kubeconfig handed out, a wake, a change) for that long. Unset or 0:
+	// never; otherwise between 10 minutes and 30 days.
+	AutoSleepAfter *durationpb.Duration `protobuf:"bytes,11,opt,name=auto_sleep_after,json=autoSleepAfter,proto3" json:"auto_sleep_after,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Team) Reset() {
@@ -271,6 +290,13 @@ func (x *Team) GetUid() string {
 		return x.Uid
 	}
 	return ""
+}
+
+func (x *Team) GetAutoSleepAfter() *durationpb.Duration {
+	if x != nil {
+		return x.AutoSleepAfter
+	}
+	return nil
 }
 
 // Member binds a user or an OIDC group to a role on a team.
@@ -1393,7 +1419,7 @@ var File_gpuplane_v1_tenancy_proto protoreflect.FileDescriptor
 
 const file_gpuplane_v1_tenancy_proto_rawDesc = "" +
 	"\n" +
-	"\x19gpuplane/v1/tenancy.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18gpuplane/v1/common.proto\"\x96\x03\n" +
+	"\x19gpuplane/v1/tenancy.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18gpuplane/v1/common.proto\"\xe6\x03\n" +
 	"\n" +
 	"Department\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
@@ -1406,8 +1432,11 @@ const file_gpuplane_v1_tenancy_proto_rawDesc = "" +
 	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x10\n" +
 	"\x03uid\x18\b \x01(\tR\x03uid\x12;\n" +
-	"\x17requester_cannot_decide\x18\t \x01(\bH\x00R\x15requesterCannotDecide\x88\x01\x01B\x1a\n" +
-	"\x18_requester_cannot_decide\"\x87\x03\n" +
+	"\x17requester_cannot_decide\x18\t \x01(\bH\x00R\x15requesterCannotDecide\x88\x01\x01\x125\n" +
+	"\x14sleeping_keeps_quota\x18\n" +
+	" \x01(\bH\x01R\x12sleepingKeepsQuota\x88\x01\x01B\x1a\n" +
+	"\x18_requester_cannot_decideB\x17\n" +
+	"\x15_sleeping_keeps_quota\"\xcc\x03\n" +
 	"\x04Team\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
@@ -1423,7 +1452,8 @@ const file_gpuplane_v1_tenancy_proto_rawDesc = "" +
 	"updateTime\x12\x1b\n" +
 	"\tnode_pool\x18\t \x01(\tR\bnodePool\x12\x10\n" +
 	"\x03uid\x18\n" +
-	" \x01(\tR\x03uid\"\x90\x02\n" +
+	" \x01(\tR\x03uid\x12C\n" +
+	"\x10auto_sleep_after\x18\v \x01(\v2\x19.google.protobuf.DurationR\x0eautoSleepAfter\"\x90\x02\n" +
 	"\x06Member\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x04user\x18\x02 \x01(\tH\x00R\x04user\x12\x16\n" +
@@ -1569,9 +1599,10 @@ var file_gpuplane_v1_tenancy_proto_goTypes = []any{
 	(*Quota)(nil),                   // 21: gpuplane.v1.Quota
 	(*timestamppb.Timestamp)(nil),   // 22: google.protobuf.Timestamp
 	(IsolationTier)(0),              // 23: gpuplane.v1.IsolationTier
-	(TeamRole)(0),                   // 24: gpuplane.v1.TeamRole
-	(*fieldmaskpb.FieldMask)(nil),   // 25: google.protobuf.FieldMask
-	(*emptypb.Empty)(nil),           // 26: google.protobuf.Empty
+	(*durationpb.Duration)(nil),     // 24: google.protobuf.Duration
+	(TeamRole)(0),                   // 25: gpuplane.v1.TeamRole
+	(*fieldmaskpb.FieldMask)(nil),   // 26: google.protobuf.FieldMask
+	(*emptypb.Empty)(nil),           // 27: google.protobuf.Empty
 }
 var file_gpuplane_v1_tenancy_proto_depIdxs = []int32{
 	21, // 0: gpuplane.v1.Department.quota_budget:type_name -> gpuplane.v1.Quota
@@ -1581,56 +1612,57 @@ var file_gpuplane_v1_tenancy_proto_depIdxs = []int32{
 	21, // 4: gpuplane.v1.Team.quota:type_name -> gpuplane.v1.Quota
 	22, // 5: gpuplane.v1.Team.create_time:type_name -> google.protobuf.Timestamp
 	22, // 6: gpuplane.v1.Team.update_time:type_name -> google.protobuf.Timestamp
-	24, // 7: gpuplane.v1.Member.role:type_name -> gpuplane.v1.TeamRole
-	22, // 8: gpuplane.v1.Member.create_time:type_name -> google.protobuf.Timestamp
-	22, // 9: gpuplane.v1.Member.update_time:type_name -> google.protobuf.Timestamp
-	0,  // 10: gpuplane.v1.ListDepartmentsResponse.departments:type_name -> gpuplane.v1.Department
-	0,  // 11: gpuplane.v1.CreateDepartmentRequest.department:type_name -> gpuplane.v1.Department
-	0,  // 12: gpuplane.v1.UpdateDepartmentRequest.department:type_name -> gpuplane.v1.Department
-	25, // 13: gpuplane.v1.UpdateDepartmentRequest.update_mask:type_name -> google.protobuf.FieldMask
-	1,  // 14: gpuplane.v1.ListTeamsResponse.teams:type_name -> gpuplane.v1.Team
-	1,  // 15: gpuplane.v1.CreateTeamRequest.team:type_name -> gpuplane.v1.Team
-	1,  // 16: gpuplane.v1.UpdateTeamRequest.team:type_name -> gpuplane.v1.Team
-	25, // 17: gpuplane.v1.UpdateTeamRequest.update_mask:type_name -> google.protobuf.FieldMask
-	2,  // 18: gpuplane.v1.ListMembersResponse.members:type_name -> gpuplane.v1.Member
-	2,  // 19: gpuplane.v1.CreateMemberRequest.member:type_name -> gpuplane.v1.Member
-	2,  // 20: gpuplane.v1.UpdateMemberRequest.member:type_name -> gpuplane.v1.Member
-	25, // 21: gpuplane.v1.UpdateMemberRequest.update_mask:type_name -> google.protobuf.FieldMask
-	3,  // 22: gpuplane.v1.DepartmentService.GetDepartment:input_type -> gpuplane.v1.GetDepartmentRequest
-	4,  // 23: gpuplane.v1.DepartmentService.ListDepartments:input_type -> gpuplane.v1.ListDepartmentsRequest
-	6,  // 24: gpuplane.v1.DepartmentService.CreateDepartment:input_type -> gpuplane.v1.CreateDepartmentRequest
-	7,  // 25: gpuplane.v1.DepartmentService.UpdateDepartment:input_type -> gpuplane.v1.UpdateDepartmentRequest
-	8,  // 26: gpuplane.v1.DepartmentService.DeleteDepartment:input_type -> gpuplane.v1.DeleteDepartmentRequest
-	9,  // 27: gpuplane.v1.TeamService.GetTeam:input_type -> gpuplane.v1.GetTeamRequest
-	10, // 28: gpuplane.v1.TeamService.ListTeams:input_type -> gpuplane.v1.ListTeamsRequest
-	12, // 29: gpuplane.v1.TeamService.CreateTeam:input_type -> gpuplane.v1.CreateTeamRequest
-	13, // 30: gpuplane.v1.TeamService.UpdateTeam:input_type -> gpuplane.v1.UpdateTeamRequest
-	14, // 31: gpuplane.v1.TeamService.DeleteTeam:input_type -> gpuplane.v1.DeleteTeamRequest
-	15, // 32: gpuplane.v1.MemberService.GetMember:input_type -> gpuplane.v1.GetMemberRequest
-	16, // 33: gpuplane.v1.MemberService.ListMembers:input_type -> gpuplane.v1.ListMembersRequest
-	18, // 34: gpuplane.v1.MemberService.CreateMember:input_type -> gpuplane.v1.CreateMemberRequest
-	19, // 35: gpuplane.v1.MemberService.UpdateMember:input_type -> gpuplane.v1.UpdateMemberRequest
-	20, // 36: gpuplane.v1.MemberService.DeleteMember:input_type -> gpuplane.v1.DeleteMemberRequest
-	0,  // 37: gpuplane.v1.DepartmentService.GetDepartment:output_type -> gpuplane.v1.Department
-	5,  // 38: gpuplane.v1.DepartmentService.ListDepartments:output_type -> gpuplane.v1.ListDepartmentsResponse
-	0,  // 39: gpuplane.v1.DepartmentService.CreateDepartment:output_type -> gpuplane.v1.Department
-	0,  // 40: gpuplane.v1.DepartmentService.UpdateDepartment:output_type -> gpuplane.v1.Department
-	26, // 41: gpuplane.v1.DepartmentService.DeleteDepartment:output_type -> google.protobuf.Empty
-	1,  // 42: gpuplane.v1.TeamService.GetTeam:output_type -> gpuplane.v1.Team
-	11, // 43: gpuplane.v1.TeamService.ListTeams:output_type -> gpuplane.v1.ListTeamsResponse
-	1,  // 44: gpuplane.v1.TeamService.CreateTeam:output_type -> gpuplane.v1.Team
-	1,  // 45: gpuplane.v1.TeamService.UpdateTeam:output_type -> gpuplane.v1.Team
-	26, // 46: gpuplane.v1.TeamService.DeleteTeam:output_type -> google.protobuf.Empty
-	2,  // 47: gpuplane.v1.MemberService.GetMember:output_type -> gpuplane.v1.Member
-	17, // 48: gpuplane.v1.MemberService.ListMembers:output_type -> gpuplane.v1.ListMembersResponse
-	2,  // 49: gpuplane.v1.MemberService.CreateMember:output_type -> gpuplane.v1.Member
-	2,  // 50: gpuplane.v1.MemberService.UpdateMember:output_type -> gpuplane.v1.Member
-	26, // 51: gpuplane.v1.MemberService.DeleteMember:output_type -> google.protobuf.Empty
-	37, // [37:52] is the sub-list for method output_type
-	22, // [22:37] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	24, // 7: gpuplane.v1.Team.auto_sleep_after:type_name -> google.protobuf.Duration
+	25, // 8: gpuplane.v1.Member.role:type_name -> gpuplane.v1.TeamRole
+	22, // 9: gpuplane.v1.Member.create_time:type_name -> google.protobuf.Timestamp
+	22, // 10: gpuplane.v1.Member.update_time:type_name -> google.protobuf.Timestamp
+	0,  // 11: gpuplane.v1.ListDepartmentsResponse.departments:type_name -> gpuplane.v1.Department
+	0,  // 12: gpuplane.v1.CreateDepartmentRequest.department:type_name -> gpuplane.v1.Department
+	0,  // 13: gpuplane.v1.UpdateDepartmentRequest.department:type_name -> gpuplane.v1.Department
+	26, // 14: gpuplane.v1.UpdateDepartmentRequest.update_mask:type_name -> google.protobuf.FieldMask
+	1,  // 15: gpuplane.v1.ListTeamsResponse.teams:type_name -> gpuplane.v1.Team
+	1,  // 16: gpuplane.v1.CreateTeamRequest.team:type_name -> gpuplane.v1.Team
+	1,  // 17: gpuplane.v1.UpdateTeamRequest.team:type_name -> gpuplane.v1.Team
+	26, // 18: gpuplane.v1.UpdateTeamRequest.update_mask:type_name -> google.protobuf.FieldMask
+	2,  // 19: gpuplane.v1.ListMembersResponse.members:type_name -> gpuplane.v1.Member
+	2,  // 20: gpuplane.v1.CreateMemberRequest.member:type_name -> gpuplane.v1.Member
+	2,  // 21: gpuplane.v1.UpdateMemberRequest.member:type_name -> gpuplane.v1.Member
+	26, // 22: gpuplane.v1.UpdateMemberRequest.update_mask:type_name -> google.protobuf.FieldMask
+	3,  // 23: gpuplane.v1.DepartmentService.GetDepartment:input_type -> gpuplane.v1.GetDepartmentRequest
+	4,  // 24: gpuplane.v1.DepartmentService.ListDepartments:input_type -> gpuplane.v1.ListDepartmentsRequest
+	6,  // 25: gpuplane.v1.DepartmentService.CreateDepartment:input_type -> gpuplane.v1.CreateDepartmentRequest
+	7,  // 26: gpuplane.v1.DepartmentService.UpdateDepartment:input_type -> gpuplane.v1.UpdateDepartmentRequest
+	8,  // 27: gpuplane.v1.DepartmentService.DeleteDepartment:input_type -> gpuplane.v1.DeleteDepartmentRequest
+	9,  // 28: gpuplane.v1.TeamService.GetTeam:input_type -> gpuplane.v1.GetTeamRequest
+	10, // 29: gpuplane.v1.TeamService.ListTeams:input_type -> gpuplane.v1.ListTeamsRequest
+	12, // 30: gpuplane.v1.TeamService.CreateTeam:input_type -> gpuplane.v1.CreateTeamRequest
+	13, // 31: gpuplane.v1.TeamService.UpdateTeam:input_type -> gpuplane.v1.UpdateTeamRequest
+	14, // 32: gpuplane.v1.TeamService.DeleteTeam:input_type -> gpuplane.v1.DeleteTeamRequest
+	15, // 33: gpuplane.v1.MemberService.GetMember:input_type -> gpuplane.v1.GetMemberRequest
+	16, // 34: gpuplane.v1.MemberService.ListMembers:input_type -> gpuplane.v1.ListMembersRequest
+	18, // 35: gpuplane.v1.MemberService.CreateMember:input_type -> gpuplane.v1.CreateMemberRequest
+	19, // 36: gpuplane.v1.MemberService.UpdateMember:input_type -> gpuplane.v1.UpdateMemberRequest
+	20, // 37: gpuplane.v1.MemberService.DeleteMember:input_type -> gpuplane.v1.DeleteMemberRequest
+	0,  // 38: gpuplane.v1.DepartmentService.GetDepartment:output_type -> gpuplane.v1.Department
+	5,  // 39: gpuplane.v1.DepartmentService.ListDepartments:output_type -> gpuplane.v1.ListDepartmentsResponse
+	0,  // 40: gpuplane.v1.DepartmentService.CreateDepartment:output_type -> gpuplane.v1.Department
+	0,  // 41: gpuplane.v1.DepartmentService.UpdateDepartment:output_type -> gpuplane.v1.Department
+	27, // 42: gpuplane.v1.DepartmentService.DeleteDepartment:output_type -> google.protobuf.Empty
+	1,  // 43: gpuplane.v1.TeamService.GetTeam:output_type -> gpuplane.v1.Team
+	11, // 44: gpuplane.v1.TeamService.ListTeams:output_type -> gpuplane.v1.ListTeamsResponse
+	1,  // 45: gpuplane.v1.TeamService.CreateTeam:output_type -> gpuplane.v1.Team
+	1,  // 46: gpuplane.v1.TeamService.UpdateTeam:output_type -> gpuplane.v1.Team
+	27, // 47: gpuplane.v1.TeamService.DeleteTeam:output_type -> google.protobuf.Empty
+	2,  // 48: gpuplane.v1.MemberService.GetMember:output_type -> gpuplane.v1.Member
+	17, // 49: gpuplane.v1.MemberService.ListMembers:output_type -> gpuplane.v1.ListMembersResponse
+	2,  // 50: gpuplane.v1.MemberService.CreateMember:output_type -> gpuplane.v1.Member
+	2,  // 51: gpuplane.v1.MemberService.UpdateMember:output_type -> gpuplane.v1.Member
+	27, // 52: gpuplane.v1.MemberService.DeleteMember:output_type -> google.protobuf.Empty
+	38, // [38:53] is the sub-list for method output_type
+	23, // [23:38] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_gpuplane_v1_tenancy_proto_init() }

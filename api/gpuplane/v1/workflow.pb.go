@@ -37,6 +37,9 @@ const (
 	VirtualClusterStatus_DELETED           VirtualClusterStatus_Phase = 6
 	VirtualClusterStatus_FAILED            VirtualClusterStatus_Phase = 7
 	VirtualClusterStatus_REJECTED          VirtualClusterStatus_Phase = 8
+	// Asleep (spec.sleep): nothing runs and nothing is scheduled; :wake
+	// moves it to PROVISIONING, then READY.
+	VirtualClusterStatus_SLEEPING VirtualClusterStatus_Phase = 9
 )
 
 // Enum value maps for VirtualClusterStatus_Phase.
@@ -51,6 +54,7 @@ var (
 		6: "DELETED",
 		7: "FAILED",
 		8: "REJECTED",
+		9: "SLEEPING",
 	}
 	VirtualClusterStatus_Phase_value = map[string]int32{
 		"PHASE_UNSPECIFIED": 0,
@@ -62,6 +66,7 @@ var (
 		"DELETED":           6,
 		"FAILED":            7,
 		"REJECTED":          8,
+		"SLEEPING":          9,
 	}
 )
 
@@ -89,7 +94,7 @@ func (x VirtualClusterStatus_Phase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use VirtualClusterStatus_Phase.Descriptor instead.
 func (VirtualClusterStatus_Phase) EnumDescriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{2, 0}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{3, 0}
 }
 
 type Condition_Status int32
@@ -141,7 +146,7 @@ func (x Condition_Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Condition_Status.Descriptor instead.
 func (Condition_Status) EnumDescriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{3, 0}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{4, 0}
 }
 
 type Request_State int32
@@ -204,7 +209,7 @@ func (x Request_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Request_State.Descriptor instead.
 func (Request_State) EnumDescriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{9, 0}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{12, 0}
 }
 
 type Request_Kind int32
@@ -218,6 +223,9 @@ const (
 	// Move a virtual cluster to another vCluster chart and/or virtual
 	// Kubernetes version (upgrades only).
 	Request_CHANGE_VIRTUAL_CLUSTER_VERSION Request_Kind = 5
+	// Put a virtual cluster to sleep / wake it (as :sleep and :wake do).
+	Request_SLEEP_VIRTUAL_CLUSTER Request_Kind = 6
+	Request_WAKE_VIRTUAL_CLUSTER  Request_Kind = 7
 )
 
 // Enum value maps for Request_Kind.
@@ -229,6 +237,8 @@ var (
 		3: "CHANGE_TEAM_QUOTA",
 		4: "DELETE_VIRTUAL_CLUSTER",
 		5: "CHANGE_VIRTUAL_CLUSTER_VERSION",
+		6: "SLEEP_VIRTUAL_CLUSTER",
+		7: "WAKE_VIRTUAL_CLUSTER",
 	}
 	Request_Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED":               0,
@@ -237,6 +247,8 @@ var (
 		"CHANGE_TEAM_QUOTA":              3,
 		"DELETE_VIRTUAL_CLUSTER":         4,
 		"CHANGE_VIRTUAL_CLUSTER_VERSION": 5,
+		"SLEEP_VIRTUAL_CLUSTER":          6,
+		"WAKE_VIRTUAL_CLUSTER":           7,
 	}
 )
 
@@ -264,7 +276,7 @@ func (x Request_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Request_Kind.Descriptor instead.
 func (Request_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{9, 1}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{12, 1}
 }
 
 // VirtualCluster is a team's vCluster on the shared host cluster and its
@@ -393,7 +405,17 @@ type VirtualClusterSpec struct {
 	KubernetesVersion string `protobuf:"bytes,7,opt,name=kubernetes_version,json=kubernetesVersion,proto3" json:"kubernetes_version,omitempty"`
 	ChartVersion      string `protobuf:"bytes,8,opt,name=chart_version,json=chartVersion,proto3" json:"chart_version,omitempty"`
 	// When set, a delete request is created automatically once it passes.
-	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// Where to run it; unset, the platform chooses (see Placement). Set only
+	// on create.
+	Placement *Placement `protobuf:"bytes,10,opt,name=placement,proto3" json:"placement,omitempty"`
+	// Whether it should be asleep: set by :sleep (or an approved
+	// SLEEP_VIRTUAL_CLUSTER request, or auto-sleep), cleared by :wake.
+	// Asleep, its control plane is scaled to zero, the workload pods its
+	// syncer created on the host are removed and its leaf queue admits
+	// nothing (KAI limit 0); phase SLEEPING once the host shows it. Ignored
+	// on create.
+	Sleep         bool `protobuf:"varint,11,opt,name=sleep,proto3" json:"sleep,omitempty"` // Output only.
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -491,6 +513,81 @@ func (x *VirtualClusterSpec) GetExpireTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *VirtualClusterSpec) GetPlacement() *Placement {
+	if x != nil {
+		return x.Placement
+	}
+	return nil
+}
+
+func (x *VirtualClusterSpec) GetSleep() bool {
+	if x != nil {
+		return x.Sleep
+	}
+	return false
+}
+
+// Placement constrains the host cluster a new virtual cluster runs on.
+// Candidates are the host clusters that take the team's isolation tier,
+// are not cordoned, are reachable, carry every label asked for and, when
+// one is named, are that one; of those with room in the team's node pool
+// (capacity x overcommit minus the quotas placed there), the one left
+// with the most free GPUs wins (then CPU, memory, name).
+type Placement struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// hostClusters/{host_cluster}: run there.
+	HostCluster string `protobuf:"bytes,1,opt,name=host_cluster,json=hostCluster,proto3" json:"host_cluster,omitempty"`
+	// Only host clusters carrying every one of these labels, e.g.
+	// {"region": "eu", "gpu-model": "h100"}.
+	HostClusterLabels map[string]string `protobuf:"bytes,2,rep,name=host_cluster_labels,json=hostClusterLabels,proto3" json:"host_cluster_labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *Placement) Reset() {
+	*x = Placement{}
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Placement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Placement) ProtoMessage() {}
+
+func (x *Placement) ProtoReflect() protoreflect.Message {
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Placement.ProtoReflect.Descriptor instead.
+func (*Placement) Descriptor() ([]byte, []int) {
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Placement) GetHostCluster() string {
+	if x != nil {
+		return x.HostCluster
+	}
+	return ""
+}
+
+func (x *Placement) GetHostClusterLabels() map[string]string {
+	if x != nil {
+		return x.HostClusterLabels
+	}
+	return nil
+}
+
 type VirtualClusterStatus struct {
 	state      protoimpl.MessageState     `protogen:"open.v1"`
 	Phase      VirtualClusterStatus_Phase `protobuf:"varint,1,opt,name=phase,proto3,enum=gpuplane.v1.VirtualClusterStatus_Phase" json:"phase,omitempty"`
@@ -502,14 +599,17 @@ type VirtualClusterStatus struct {
 	// Why the phase is what it is (errors, degraded reasons).
 	Message string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
 	// Resources KAI reports as allocated to the leaf queue.
-	Allocated     *Quota `protobuf:"bytes,6,opt,name=allocated,proto3" json:"allocated,omitempty"`
+	Allocated *Quota `protobuf:"bytes,6,opt,name=allocated,proto3" json:"allocated,omitempty"`
+	// hostClusters/{host_cluster} it runs on, chosen when its create
+	// request was approved.
+	HostCluster   string `protobuf:"bytes,7,opt,name=host_cluster,json=hostCluster,proto3" json:"host_cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VirtualClusterStatus) Reset() {
 	*x = VirtualClusterStatus{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[2]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -521,7 +621,7 @@ func (x *VirtualClusterStatus) String() string {
 func (*VirtualClusterStatus) ProtoMessage() {}
 
 func (x *VirtualClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[2]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -534,7 +634,7 @@ func (x *VirtualClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VirtualClusterStatus.ProtoReflect.Descriptor instead.
 func (*VirtualClusterStatus) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{2}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *VirtualClusterStatus) GetPhase() VirtualClusterStatus_Phase {
@@ -579,6 +679,13 @@ func (x *VirtualClusterStatus) GetAllocated() *Quota {
 	return nil
 }
 
+func (x *VirtualClusterStatus) GetHostCluster() string {
+	if x != nil {
+		return x.HostCluster
+	}
+	return ""
+}
+
 type Condition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// e.g. NamespaceReady, QueuesReady, GuardrailsReady, ReleaseDeployed,
@@ -595,7 +702,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[3]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -607,7 +714,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[3]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -620,7 +727,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{3}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Condition) GetType() string {
@@ -665,6 +772,114 @@ func (x *Condition) GetObservedGeneration() int64 {
 	return 0
 }
 
+type SleepVirtualClusterRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// teams/{team}/virtualClusters/{virtual_cluster}
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
+	// When set, must match (ABORTED otherwise).
+	Etag          string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SleepVirtualClusterRequest) Reset() {
+	*x = SleepVirtualClusterRequest{}
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SleepVirtualClusterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SleepVirtualClusterRequest) ProtoMessage() {}
+
+func (x *SleepVirtualClusterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SleepVirtualClusterRequest.ProtoReflect.Descriptor instead.
+func (*SleepVirtualClusterRequest) Descriptor() ([]byte, []int) {
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SleepVirtualClusterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SleepVirtualClusterRequest) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
+type WakeVirtualClusterRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// teams/{team}/virtualClusters/{virtual_cluster}
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
+	// When set, must match (ABORTED otherwise).
+	Etag          string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WakeVirtualClusterRequest) Reset() {
+	*x = WakeVirtualClusterRequest{}
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WakeVirtualClusterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WakeVirtualClusterRequest) ProtoMessage() {}
+
+func (x *WakeVirtualClusterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WakeVirtualClusterRequest.ProtoReflect.Descriptor instead.
+func (*WakeVirtualClusterRequest) Descriptor() ([]byte, []int) {
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *WakeVirtualClusterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WakeVirtualClusterRequest) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
 type GetVirtualClusterKubeconfigRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// teams/{team}/virtualClusters/{virtual_cluster}
@@ -680,7 +895,7 @@ type GetVirtualClusterKubeconfigRequest struct {
 
 func (x *GetVirtualClusterKubeconfigRequest) Reset() {
 	*x = GetVirtualClusterKubeconfigRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[4]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +907,7 @@ func (x *GetVirtualClusterKubeconfigRequest) String() string {
 func (*GetVirtualClusterKubeconfigRequest) ProtoMessage() {}
 
 func (x *GetVirtualClusterKubeconfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[4]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +920,7 @@ func (x *GetVirtualClusterKubeconfigRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use GetVirtualClusterKubeconfigRequest.ProtoReflect.Descriptor instead.
 func (*GetVirtualClusterKubeconfigRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{4}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetVirtualClusterKubeconfigRequest) GetName() string {
@@ -746,7 +961,7 @@ type VirtualClusterKubeconfig struct {
 
 func (x *VirtualClusterKubeconfig) Reset() {
 	*x = VirtualClusterKubeconfig{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[5]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -758,7 +973,7 @@ func (x *VirtualClusterKubeconfig) String() string {
 func (*VirtualClusterKubeconfig) ProtoMessage() {}
 
 func (x *VirtualClusterKubeconfig) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[5]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -771,7 +986,7 @@ func (x *VirtualClusterKubeconfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VirtualClusterKubeconfig.ProtoReflect.Descriptor instead.
 func (*VirtualClusterKubeconfig) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{5}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *VirtualClusterKubeconfig) GetKubeconfig() string {
@@ -818,7 +1033,7 @@ type GetVirtualClusterRequest struct {
 
 func (x *GetVirtualClusterRequest) Reset() {
 	*x = GetVirtualClusterRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[6]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +1045,7 @@ func (x *GetVirtualClusterRequest) String() string {
 func (*GetVirtualClusterRequest) ProtoMessage() {}
 
 func (x *GetVirtualClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[6]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +1058,7 @@ func (x *GetVirtualClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVirtualClusterRequest.ProtoReflect.Descriptor instead.
 func (*GetVirtualClusterRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{6}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetVirtualClusterRequest) GetName() string {
@@ -859,7 +1074,7 @@ type ListVirtualClustersRequest struct {
 	Parent    string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"` // Required.
 	PageSize  int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	// Fields: phase.
+	// Fields: phase, host_cluster (hostClusters/{id}).
 	Filter        string `protobuf:"bytes,4,opt,name=filter,proto3" json:"filter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -867,7 +1082,7 @@ type ListVirtualClustersRequest struct {
 
 func (x *ListVirtualClustersRequest) Reset() {
 	*x = ListVirtualClustersRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[7]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -879,7 +1094,7 @@ func (x *ListVirtualClustersRequest) String() string {
 func (*ListVirtualClustersRequest) ProtoMessage() {}
 
 func (x *ListVirtualClustersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[7]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -892,7 +1107,7 @@ func (x *ListVirtualClustersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVirtualClustersRequest.ProtoReflect.Descriptor instead.
 func (*ListVirtualClustersRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{7}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListVirtualClustersRequest) GetParent() string {
@@ -933,7 +1148,7 @@ type ListVirtualClustersResponse struct {
 
 func (x *ListVirtualClustersResponse) Reset() {
 	*x = ListVirtualClustersResponse{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[8]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1160,7 @@ func (x *ListVirtualClustersResponse) String() string {
 func (*ListVirtualClustersResponse) ProtoMessage() {}
 
 func (x *ListVirtualClustersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[8]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1173,7 @@ func (x *ListVirtualClustersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVirtualClustersResponse.ProtoReflect.Descriptor instead.
 func (*ListVirtualClustersResponse) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{8}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListVirtualClustersResponse) GetVirtualClusters() []*VirtualCluster {
@@ -992,6 +1207,8 @@ type Request struct {
 	//	*Request_ChangeTeamQuota
 	//	*Request_DeleteVirtualCluster
 	//	*Request_ChangeVirtualClusterVersion
+	//	*Request_SleepVirtualCluster
+	//	*Request_WakeVirtualCluster
 	Payload       isRequest_Payload `protobuf_oneof:"payload"`
 	Justification string            `protobuf:"bytes,9,opt,name=justification,proto3" json:"justification,omitempty"`
 	State         Request_State     `protobuf:"varint,10,opt,name=state,proto3,enum=gpuplane.v1.Request_State" json:"state,omitempty"` // Output only.
@@ -1014,7 +1231,7 @@ type Request struct {
 
 func (x *Request) Reset() {
 	*x = Request{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[9]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1243,7 @@ func (x *Request) String() string {
 func (*Request) ProtoMessage() {}
 
 func (x *Request) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[9]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1256,7 @@ func (x *Request) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Request.ProtoReflect.Descriptor instead.
 func (*Request) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{9}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Request) GetName() string {
@@ -1117,6 +1334,24 @@ func (x *Request) GetChangeVirtualClusterVersion() *ChangeVirtualClusterVersionP
 	if x != nil {
 		if x, ok := x.Payload.(*Request_ChangeVirtualClusterVersion); ok {
 			return x.ChangeVirtualClusterVersion
+		}
+	}
+	return nil
+}
+
+func (x *Request) GetSleepVirtualCluster() *SleepVirtualClusterPayload {
+	if x != nil {
+		if x, ok := x.Payload.(*Request_SleepVirtualCluster); ok {
+			return x.SleepVirtualCluster
+		}
+	}
+	return nil
+}
+
+func (x *Request) GetWakeVirtualCluster() *WakeVirtualClusterPayload {
+	if x != nil {
+		if x, ok := x.Payload.(*Request_WakeVirtualCluster); ok {
+			return x.WakeVirtualCluster
 		}
 	}
 	return nil
@@ -1223,6 +1458,14 @@ type Request_ChangeVirtualClusterVersion struct {
 	ChangeVirtualClusterVersion *ChangeVirtualClusterVersionPayload `protobuf:"bytes,20,opt,name=change_virtual_cluster_version,json=changeVirtualClusterVersion,proto3,oneof"`
 }
 
+type Request_SleepVirtualCluster struct {
+	SleepVirtualCluster *SleepVirtualClusterPayload `protobuf:"bytes,21,opt,name=sleep_virtual_cluster,json=sleepVirtualCluster,proto3,oneof"`
+}
+
+type Request_WakeVirtualCluster struct {
+	WakeVirtualCluster *WakeVirtualClusterPayload `protobuf:"bytes,22,opt,name=wake_virtual_cluster,json=wakeVirtualCluster,proto3,oneof"`
+}
+
 func (*Request_CreateVirtualCluster) isRequest_Payload() {}
 
 func (*Request_ChangeVirtualClusterQuota) isRequest_Payload() {}
@@ -1232,6 +1475,10 @@ func (*Request_ChangeTeamQuota) isRequest_Payload() {}
 func (*Request_DeleteVirtualCluster) isRequest_Payload() {}
 
 func (*Request_ChangeVirtualClusterVersion) isRequest_Payload() {}
+
+func (*Request_SleepVirtualCluster) isRequest_Payload() {}
+
+func (*Request_WakeVirtualCluster) isRequest_Payload() {}
 
 type CreateVirtualClusterPayload struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1246,7 +1493,7 @@ type CreateVirtualClusterPayload struct {
 
 func (x *CreateVirtualClusterPayload) Reset() {
 	*x = CreateVirtualClusterPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[10]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1258,7 +1505,7 @@ func (x *CreateVirtualClusterPayload) String() string {
 func (*CreateVirtualClusterPayload) ProtoMessage() {}
 
 func (x *CreateVirtualClusterPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[10]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1271,7 +1518,7 @@ func (x *CreateVirtualClusterPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVirtualClusterPayload.ProtoReflect.Descriptor instead.
 func (*CreateVirtualClusterPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{10}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateVirtualClusterPayload) GetVirtualClusterId() string {
@@ -1311,7 +1558,7 @@ type ChangeVirtualClusterQuotaPayload struct {
 
 func (x *ChangeVirtualClusterQuotaPayload) Reset() {
 	*x = ChangeVirtualClusterQuotaPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[11]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1570,7 @@ func (x *ChangeVirtualClusterQuotaPayload) String() string {
 func (*ChangeVirtualClusterQuotaPayload) ProtoMessage() {}
 
 func (x *ChangeVirtualClusterQuotaPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[11]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1583,7 @@ func (x *ChangeVirtualClusterQuotaPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeVirtualClusterQuotaPayload.ProtoReflect.Descriptor instead.
 func (*ChangeVirtualClusterQuotaPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{11}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ChangeVirtualClusterQuotaPayload) GetVirtualCluster() string {
@@ -1390,7 +1637,7 @@ type ChangeVirtualClusterVersionPayload struct {
 
 func (x *ChangeVirtualClusterVersionPayload) Reset() {
 	*x = ChangeVirtualClusterVersionPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[12]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1649,7 @@ func (x *ChangeVirtualClusterVersionPayload) String() string {
 func (*ChangeVirtualClusterVersionPayload) ProtoMessage() {}
 
 func (x *ChangeVirtualClusterVersionPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[12]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1662,7 @@ func (x *ChangeVirtualClusterVersionPayload) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use ChangeVirtualClusterVersionPayload.ProtoReflect.Descriptor instead.
 func (*ChangeVirtualClusterVersionPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{12}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ChangeVirtualClusterVersionPayload) GetVirtualCluster() string {
@@ -1439,6 +1686,98 @@ func (x *ChangeVirtualClusterVersionPayload) GetKubernetesVersion() string {
 	return ""
 }
 
+// Approved, it puts the virtual cluster to sleep like :sleep does.
+type SleepVirtualClusterPayload struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// teams/{team}/virtualClusters/{vc}
+	VirtualCluster string `protobuf:"bytes,1,opt,name=virtual_cluster,json=virtualCluster,proto3" json:"virtual_cluster,omitempty"` // Required.
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SleepVirtualClusterPayload) Reset() {
+	*x = SleepVirtualClusterPayload{}
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SleepVirtualClusterPayload) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SleepVirtualClusterPayload) ProtoMessage() {}
+
+func (x *SleepVirtualClusterPayload) ProtoReflect() protoreflect.Message {
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SleepVirtualClusterPayload.ProtoReflect.Descriptor instead.
+func (*SleepVirtualClusterPayload) Descriptor() ([]byte, []int) {
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SleepVirtualClusterPayload) GetVirtualCluster() string {
+	if x != nil {
+		return x.VirtualCluster
+	}
+	return ""
+}
+
+// Approved, it wakes the virtual cluster like :wake does.
+type WakeVirtualClusterPayload struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// teams/{team}/virtualClusters/{vc}
+	VirtualCluster string `protobuf:"bytes,1,opt,name=virtual_cluster,json=virtualCluster,proto3" json:"virtual_cluster,omitempty"` // Required.
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *WakeVirtualClusterPayload) Reset() {
+	*x = WakeVirtualClusterPayload{}
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WakeVirtualClusterPayload) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WakeVirtualClusterPayload) ProtoMessage() {}
+
+func (x *WakeVirtualClusterPayload) ProtoReflect() protoreflect.Message {
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WakeVirtualClusterPayload.ProtoReflect.Descriptor instead.
+func (*WakeVirtualClusterPayload) Descriptor() ([]byte, []int) {
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *WakeVirtualClusterPayload) GetVirtualCluster() string {
+	if x != nil {
+		return x.VirtualCluster
+	}
+	return ""
+}
+
 type ChangeTeamQuotaPayload struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Quota            *Quota                 `protobuf:"bytes,1,opt,name=quota,proto3" json:"quota,omitempty"` // Required.
@@ -1449,7 +1788,7 @@ type ChangeTeamQuotaPayload struct {
 
 func (x *ChangeTeamQuotaPayload) Reset() {
 	*x = ChangeTeamQuotaPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[13]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1800,7 @@ func (x *ChangeTeamQuotaPayload) String() string {
 func (*ChangeTeamQuotaPayload) ProtoMessage() {}
 
 func (x *ChangeTeamQuotaPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[13]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1813,7 @@ func (x *ChangeTeamQuotaPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeTeamQuotaPayload.ProtoReflect.Descriptor instead.
 func (*ChangeTeamQuotaPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{13}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ChangeTeamQuotaPayload) GetQuota() *Quota {
@@ -1500,7 +1839,7 @@ type DeleteVirtualClusterPayload struct {
 
 func (x *DeleteVirtualClusterPayload) Reset() {
 	*x = DeleteVirtualClusterPayload{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[14]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1851,7 @@ func (x *DeleteVirtualClusterPayload) String() string {
 func (*DeleteVirtualClusterPayload) ProtoMessage() {}
 
 func (x *DeleteVirtualClusterPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[14]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +1864,7 @@ func (x *DeleteVirtualClusterPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVirtualClusterPayload.ProtoReflect.Descriptor instead.
 func (*DeleteVirtualClusterPayload) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{14}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteVirtualClusterPayload) GetVirtualCluster() string {
@@ -1537,16 +1876,19 @@ func (x *DeleteVirtualClusterPayload) GetVirtualCluster() string {
 
 // FitResult is the "will it fit" answer.
 type FitResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Fits          bool                   `protobuf:"varint,1,opt,name=fits,proto3" json:"fits,omitempty"`
-	Shortfalls    []*Shortfall           `protobuf:"bytes,2,rep,name=shortfalls,proto3" json:"shortfalls,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Fits       bool                   `protobuf:"varint,1,opt,name=fits,proto3" json:"fits,omitempty"`
+	Shortfalls []*Shortfall           `protobuf:"bytes,2,rep,name=shortfalls,proto3" json:"shortfalls,omitempty"`
+	// hostClusters/{host_cluster} a new virtual cluster would be placed on
+	// now, or the one the virtual cluster runs on.
+	HostCluster   string `protobuf:"bytes,3,opt,name=host_cluster,json=hostCluster,proto3" json:"host_cluster,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FitResult) Reset() {
 	*x = FitResult{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[15]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1900,7 @@ func (x *FitResult) String() string {
 func (*FitResult) ProtoMessage() {}
 
 func (x *FitResult) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[15]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1913,7 @@ func (x *FitResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FitResult.ProtoReflect.Descriptor instead.
 func (*FitResult) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{15}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FitResult) GetFits() bool {
@@ -1588,9 +1930,17 @@ func (x *FitResult) GetShortfalls() []*Shortfall {
 	return nil
 }
 
+func (x *FitResult) GetHostCluster() string {
+	if x != nil {
+		return x.HostCluster
+	}
+	return ""
+}
+
 type Shortfall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "cluster", "department", "team" or "allocation".
+	// "cluster", "department", "pool", "team", "host_cluster" (a node
+	// pool of one host cluster) or "allocation".
 	Level string `protobuf:"bytes,1,opt,name=level,proto3" json:"level,omitempty"`
 	// The resource name at that level, e.g. "departments/research".
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
@@ -1607,7 +1957,7 @@ type Shortfall struct {
 
 func (x *Shortfall) Reset() {
 	*x = Shortfall{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[16]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1969,7 @@ func (x *Shortfall) String() string {
 func (*Shortfall) ProtoMessage() {}
 
 func (x *Shortfall) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[16]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1982,7 @@ func (x *Shortfall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shortfall.ProtoReflect.Descriptor instead.
 func (*Shortfall) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{16}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Shortfall) GetLevel() string {
@@ -1694,7 +2044,7 @@ type CreateRequestRequest struct {
 
 func (x *CreateRequestRequest) Reset() {
 	*x = CreateRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[17]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1706,7 +2056,7 @@ func (x *CreateRequestRequest) String() string {
 func (*CreateRequestRequest) ProtoMessage() {}
 
 func (x *CreateRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[17]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1719,7 +2069,7 @@ func (x *CreateRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateRequestRequest.ProtoReflect.Descriptor instead.
 func (*CreateRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{17}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreateRequestRequest) GetRequest() *Request {
@@ -1745,7 +2095,7 @@ type GetRequestRequest struct {
 
 func (x *GetRequestRequest) Reset() {
 	*x = GetRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[18]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +2107,7 @@ func (x *GetRequestRequest) String() string {
 func (*GetRequestRequest) ProtoMessage() {}
 
 func (x *GetRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[18]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +2120,7 @@ func (x *GetRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequestRequest.ProtoReflect.Descriptor instead.
 func (*GetRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{18}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetRequestRequest) GetName() string {
@@ -1793,7 +2143,7 @@ type ListRequestsRequest struct {
 
 func (x *ListRequestsRequest) Reset() {
 	*x = ListRequestsRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[19]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +2155,7 @@ func (x *ListRequestsRequest) String() string {
 func (*ListRequestsRequest) ProtoMessage() {}
 
 func (x *ListRequestsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[19]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +2168,7 @@ func (x *ListRequestsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequestsRequest.ProtoReflect.Descriptor instead.
 func (*ListRequestsRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{19}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListRequestsRequest) GetPageSize() int32 {
@@ -1853,7 +2203,7 @@ type ListRequestsResponse struct {
 
 func (x *ListRequestsResponse) Reset() {
 	*x = ListRequestsResponse{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[20]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +2215,7 @@ func (x *ListRequestsResponse) String() string {
 func (*ListRequestsResponse) ProtoMessage() {}
 
 func (x *ListRequestsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[20]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +2228,7 @@ func (x *ListRequestsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequestsResponse.ProtoReflect.Descriptor instead.
 func (*ListRequestsResponse) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{20}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListRequestsResponse) GetRequests() []*Request {
@@ -1905,7 +2255,7 @@ type CancelRequestRequest struct {
 
 func (x *CancelRequestRequest) Reset() {
 	*x = CancelRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[21]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +2267,7 @@ func (x *CancelRequestRequest) String() string {
 func (*CancelRequestRequest) ProtoMessage() {}
 
 func (x *CancelRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[21]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +2280,7 @@ func (x *CancelRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequestRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{21}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CancelRequestRequest) GetName() string {
@@ -1958,7 +2308,7 @@ type ApproveRequestRequest struct {
 
 func (x *ApproveRequestRequest) Reset() {
 	*x = ApproveRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[22]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2320,7 @@ func (x *ApproveRequestRequest) String() string {
 func (*ApproveRequestRequest) ProtoMessage() {}
 
 func (x *ApproveRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[22]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +2333,7 @@ func (x *ApproveRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveRequestRequest.ProtoReflect.Descriptor instead.
 func (*ApproveRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{22}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ApproveRequestRequest) GetName() string {
@@ -2018,7 +2368,7 @@ type RejectRequestRequest struct {
 
 func (x *RejectRequestRequest) Reset() {
 	*x = RejectRequestRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[23]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2030,7 +2380,7 @@ func (x *RejectRequestRequest) String() string {
 func (*RejectRequestRequest) ProtoMessage() {}
 
 func (x *RejectRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[23]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2043,7 +2393,7 @@ func (x *RejectRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectRequestRequest.ProtoReflect.Descriptor instead.
 func (*RejectRequestRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{23}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RejectRequestRequest) GetName() string {
@@ -2078,7 +2428,7 @@ type CheckFitRequest struct {
 
 func (x *CheckFitRequest) Reset() {
 	*x = CheckFitRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[24]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2440,7 @@ func (x *CheckFitRequest) String() string {
 func (*CheckFitRequest) ProtoMessage() {}
 
 func (x *CheckFitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[24]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2453,7 @@ func (x *CheckFitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckFitRequest.ProtoReflect.Descriptor instead.
 func (*CheckFitRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{24}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CheckFitRequest) GetName() string {
@@ -2140,7 +2490,7 @@ type ApprovalPolicy struct {
 
 func (x *ApprovalPolicy) Reset() {
 	*x = ApprovalPolicy{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[25]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2502,7 @@ func (x *ApprovalPolicy) String() string {
 func (*ApprovalPolicy) ProtoMessage() {}
 
 func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[25]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2515,7 @@ func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicy.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicy) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{25}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ApprovalPolicy) GetName() string {
@@ -2226,7 +2576,7 @@ type GetApprovalPolicyRequest struct {
 
 func (x *GetApprovalPolicyRequest) Reset() {
 	*x = GetApprovalPolicyRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[26]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2238,7 +2588,7 @@ func (x *GetApprovalPolicyRequest) String() string {
 func (*GetApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *GetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[26]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2251,7 +2601,7 @@ func (x *GetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{26}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetApprovalPolicyRequest) GetName() string {
@@ -2271,7 +2621,7 @@ type ListApprovalPoliciesRequest struct {
 
 func (x *ListApprovalPoliciesRequest) Reset() {
 	*x = ListApprovalPoliciesRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[27]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2283,7 +2633,7 @@ func (x *ListApprovalPoliciesRequest) String() string {
 func (*ListApprovalPoliciesRequest) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[27]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2296,7 +2646,7 @@ func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{27}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListApprovalPoliciesRequest) GetPageSize() int32 {
@@ -2323,7 +2673,7 @@ type ListApprovalPoliciesResponse struct {
 
 func (x *ListApprovalPoliciesResponse) Reset() {
 	*x = ListApprovalPoliciesResponse{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[28]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2335,7 +2685,7 @@ func (x *ListApprovalPoliciesResponse) String() string {
 func (*ListApprovalPoliciesResponse) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[28]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2348,7 +2698,7 @@ func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{28}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListApprovalPoliciesResponse) GetApprovalPolicies() []*ApprovalPolicy {
@@ -2376,7 +2726,7 @@ type CreateApprovalPolicyRequest struct {
 
 func (x *CreateApprovalPolicyRequest) Reset() {
 	*x = CreateApprovalPolicyRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[29]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2388,7 +2738,7 @@ func (x *CreateApprovalPolicyRequest) String() string {
 func (*CreateApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *CreateApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[29]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2401,7 +2751,7 @@ func (x *CreateApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*CreateApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{29}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateApprovalPolicyRequest) GetApprovalPolicyId() string {
@@ -2436,7 +2786,7 @@ type UpdateApprovalPolicyRequest struct {
 
 func (x *UpdateApprovalPolicyRequest) Reset() {
 	*x = UpdateApprovalPolicyRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[30]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2448,7 +2798,7 @@ func (x *UpdateApprovalPolicyRequest) String() string {
 func (*UpdateApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *UpdateApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[30]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2461,7 +2811,7 @@ func (x *UpdateApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*UpdateApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{30}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UpdateApprovalPolicyRequest) GetApprovalPolicy() *ApprovalPolicy {
@@ -2488,7 +2838,7 @@ type DeleteApprovalPolicyRequest struct {
 
 func (x *DeleteApprovalPolicyRequest) Reset() {
 	*x = DeleteApprovalPolicyRequest{}
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[31]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2500,7 +2850,7 @@ func (x *DeleteApprovalPolicyRequest) String() string {
 func (*DeleteApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *DeleteApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gpuplane_v1_workflow_proto_msgTypes[31]
+	mi := &file_gpuplane_v1_workflow_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2513,7 +2863,7 @@ func (x *DeleteApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeleteApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{31}
+	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteApprovalPolicyRequest) GetName() string {
@@ -2547,7 +2897,7 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x12\x10\n" +
-	"\x03uid\x18\b \x01(\tR\x03uid\"\x98\x03\n" +
+	"\x03uid\x18\b \x01(\tR\x03uid\"\xe4\x03\n" +
 	"\x12VirtualClusterSpec\x12!\n" +
 	"\fdisplay_name\x18\x01 \x01(\tR\vdisplayName\x12(\n" +
 	"\x05quota\x18\x02 \x01(\v2\x12.gpuplane.v1.QuotaR\x05quota\x12(\n" +
@@ -2558,7 +2908,16 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\x12kubernetes_version\x18\a \x01(\tR\x11kubernetesVersion\x12#\n" +
 	"\rchart_version\x18\b \x01(\tR\fchartVersion\x12;\n" +
 	"\vexpire_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime\"\xbd\x03\n" +
+	"expireTime\x124\n" +
+	"\tplacement\x18\n" +
+	" \x01(\v2\x16.gpuplane.v1.PlacementR\tplacement\x12\x14\n" +
+	"\x05sleep\x18\v \x01(\bR\x05sleep\"\xd3\x01\n" +
+	"\tPlacement\x12!\n" +
+	"\fhost_cluster\x18\x01 \x01(\tR\vhostCluster\x12]\n" +
+	"\x13host_cluster_labels\x18\x02 \x03(\v2-.gpuplane.v1.Placement.HostClusterLabelsEntryR\x11hostClusterLabels\x1aD\n" +
+	"\x16HostClusterLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xee\x03\n" +
 	"\x14VirtualClusterStatus\x12=\n" +
 	"\x05phase\x18\x01 \x01(\x0e2'.gpuplane.v1.VirtualClusterStatus.PhaseR\x05phase\x126\n" +
 	"\n" +
@@ -2567,7 +2926,8 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\x13observed_generation\x18\x03 \x01(\x03R\x12observedGeneration\x12\x1a\n" +
 	"\bendpoint\x18\x04 \x01(\tR\bendpoint\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x120\n" +
-	"\tallocated\x18\x06 \x01(\v2\x12.gpuplane.v1.QuotaR\tallocated\"\x94\x01\n" +
+	"\tallocated\x18\x06 \x01(\v2\x12.gpuplane.v1.QuotaR\tallocated\x12!\n" +
+	"\fhost_cluster\x18\a \x01(\tR\vhostCluster\"\xa2\x01\n" +
 	"\x05Phase\x12\x15\n" +
 	"\x11PHASE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10PENDING_APPROVAL\x10\x01\x12\x10\n" +
@@ -2578,7 +2938,8 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\aDELETED\x10\x06\x12\n" +
 	"\n" +
 	"\x06FAILED\x10\a\x12\f\n" +
-	"\bREJECTED\x10\b\"\xcb\x02\n" +
+	"\bREJECTED\x10\b\x12\f\n" +
+	"\bSLEEPING\x10\t\"\xcb\x02\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x125\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1d.gpuplane.v1.Condition.StatusR\x06status\x12\x16\n" +
@@ -2590,7 +2951,13 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04TRUE\x10\x01\x12\t\n" +
 	"\x05FALSE\x10\x02\x12\v\n" +
-	"\aUNKNOWN\x10\x03\"|\n" +
+	"\aUNKNOWN\x10\x03\"D\n" +
+	"\x1aSleepVirtualClusterRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag\"C\n" +
+	"\x19WakeVirtualClusterRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag\"|\n" +
 	"\"GetVirtualClusterKubeconfigRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
 	"\vbreak_glass\x18\x02 \x01(\bR\n" +
@@ -2615,7 +2982,7 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\x06filter\x18\x04 \x01(\tR\x06filter\"\x8d\x01\n" +
 	"\x1bListVirtualClustersResponse\x12F\n" +
 	"\x10virtual_clusters\x18\x01 \x03(\v2\x1b.gpuplane.v1.VirtualClusterR\x0fvirtualClusters\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x87\v\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xf7\f\n" +
 	"\aRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04team\x18\x02 \x01(\tR\x04team\x12\x1e\n" +
@@ -2627,7 +2994,9 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\x1cchange_virtual_cluster_quota\x18\x06 \x01(\v2-.gpuplane.v1.ChangeVirtualClusterQuotaPayloadH\x00R\x19changeVirtualClusterQuota\x12Q\n" +
 	"\x11change_team_quota\x18\a \x01(\v2#.gpuplane.v1.ChangeTeamQuotaPayloadH\x00R\x0fchangeTeamQuota\x12`\n" +
 	"\x16delete_virtual_cluster\x18\b \x01(\v2(.gpuplane.v1.DeleteVirtualClusterPayloadH\x00R\x14deleteVirtualCluster\x12v\n" +
-	"\x1echange_virtual_cluster_version\x18\x14 \x01(\v2/.gpuplane.v1.ChangeVirtualClusterVersionPayloadH\x00R\x1bchangeVirtualClusterVersion\x12$\n" +
+	"\x1echange_virtual_cluster_version\x18\x14 \x01(\v2/.gpuplane.v1.ChangeVirtualClusterVersionPayloadH\x00R\x1bchangeVirtualClusterVersion\x12]\n" +
+	"\x15sleep_virtual_cluster\x18\x15 \x01(\v2'.gpuplane.v1.SleepVirtualClusterPayloadH\x00R\x13sleepVirtualCluster\x12Z\n" +
+	"\x14wake_virtual_cluster\x18\x16 \x01(\v2&.gpuplane.v1.WakeVirtualClusterPayloadH\x00R\x12wakeVirtualCluster\x12$\n" +
 	"\rjustification\x18\t \x01(\tR\rjustification\x120\n" +
 	"\x05state\x18\n" +
 	" \x01(\x0e2\x1a.gpuplane.v1.Request.StateR\x05state\x12\x1c\n" +
@@ -2651,14 +3020,16 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\tCANCELLED\x10\x04\x12\v\n" +
 	"\aAPPLIED\x10\x05\x12\n" +
 	"\n" +
-	"\x06FAILED\x10\x06\"\xb1\x01\n" +
+	"\x06FAILED\x10\x06\"\xe6\x01\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16CREATE_VIRTUAL_CLUSTER\x10\x01\x12 \n" +
 	"\x1cCHANGE_VIRTUAL_CLUSTER_QUOTA\x10\x02\x12\x15\n" +
 	"\x11CHANGE_TEAM_QUOTA\x10\x03\x12\x1a\n" +
 	"\x16DELETE_VIRTUAL_CLUSTER\x10\x04\x12\"\n" +
-	"\x1eCHANGE_VIRTUAL_CLUSTER_VERSION\x10\x05B\t\n" +
+	"\x1eCHANGE_VIRTUAL_CLUSTER_VERSION\x10\x05\x12\x19\n" +
+	"\x15SLEEP_VIRTUAL_CLUSTER\x10\x06\x12\x18\n" +
+	"\x14WAKE_VIRTUAL_CLUSTER\x10\aB\t\n" +
 	"\apayload\"\xa9\x01\n" +
 	"\x1bCreateVirtualClusterPayload\x12,\n" +
 	"\x12virtual_cluster_id\x18\x01 \x01(\tR\x10virtualClusterId\x123\n" +
@@ -2672,17 +3043,22 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\"ChangeVirtualClusterVersionPayload\x12'\n" +
 	"\x0fvirtual_cluster\x18\x01 \x01(\tR\x0evirtualCluster\x12#\n" +
 	"\rchart_version\x18\x02 \x01(\tR\fchartVersion\x12-\n" +
-	"\x12kubernetes_version\x18\x03 \x01(\tR\x11kubernetesVersion\"o\n" +
+	"\x12kubernetes_version\x18\x03 \x01(\tR\x11kubernetesVersion\"E\n" +
+	"\x1aSleepVirtualClusterPayload\x12'\n" +
+	"\x0fvirtual_cluster\x18\x01 \x01(\tR\x0evirtualCluster\"D\n" +
+	"\x19WakeVirtualClusterPayload\x12'\n" +
+	"\x0fvirtual_cluster\x18\x01 \x01(\tR\x0evirtualCluster\"o\n" +
 	"\x16ChangeTeamQuotaPayload\x12(\n" +
 	"\x05quota\x18\x01 \x01(\v2\x12.gpuplane.v1.QuotaR\x05quota\x12+\n" +
 	"\x11accept_preemption\x18\x02 \x01(\bR\x10acceptPreemption\"F\n" +
 	"\x1bDeleteVirtualClusterPayload\x12'\n" +
-	"\x0fvirtual_cluster\x18\x01 \x01(\tR\x0evirtualCluster\"W\n" +
+	"\x0fvirtual_cluster\x18\x01 \x01(\tR\x0evirtualCluster\"z\n" +
 	"\tFitResult\x12\x12\n" +
 	"\x04fits\x18\x01 \x01(\bR\x04fits\x126\n" +
 	"\n" +
 	"shortfalls\x18\x02 \x03(\v2\x16.gpuplane.v1.ShortfallR\n" +
-	"shortfalls\"\xb9\x01\n" +
+	"shortfalls\x12!\n" +
+	"\fhost_cluster\x18\x03 \x01(\tR\vhostCluster\"\xb9\x01\n" +
 	"\tShortfall\x12\x14\n" +
 	"\x05level\x18\x01 \x01(\tR\x05level\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
@@ -2751,11 +3127,13 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"updateMask\"E\n" +
 	"\x1bDeleteApprovalPolicyRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04etag\x18\x02 \x01(\tR\x04etag2\xe9\x03\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag2\x90\x06\n" +
 	"\x15VirtualClusterService\x12\x85\x01\n" +
 	"\x11GetVirtualCluster\x12%.gpuplane.v1.GetVirtualClusterRequest\x1a\x1b.gpuplane.v1.VirtualCluster\",\x82\xd3\xe4\x93\x02&\x12$/v1/{name=teams/*/virtualClusters/*}\x12\x96\x01\n" +
 	"\x13ListVirtualClusters\x12'.gpuplane.v1.ListVirtualClustersRequest\x1a(.gpuplane.v1.ListVirtualClustersResponse\",\x82\xd3\xe4\x93\x02&\x12$/v1/{parent=teams/*}/virtualClusters\x12\xae\x01\n" +
-	"\x1bGetVirtualClusterKubeconfig\x12/.gpuplane.v1.GetVirtualClusterKubeconfigRequest\x1a%.gpuplane.v1.VirtualClusterKubeconfig\"7\x82\xd3\xe4\x93\x021\x12//v1/{name=teams/*/virtualClusters/*}:kubeconfig2\xad\x06\n" +
+	"\x1bGetVirtualClusterKubeconfig\x12/.gpuplane.v1.GetVirtualClusterKubeconfigRequest\x1a%.gpuplane.v1.VirtualClusterKubeconfig\"7\x82\xd3\xe4\x93\x021\x12//v1/{name=teams/*/virtualClusters/*}:kubeconfig\x12\x92\x01\n" +
+	"\x13SleepVirtualCluster\x12'.gpuplane.v1.SleepVirtualClusterRequest\x1a\x1b.gpuplane.v1.VirtualCluster\"5\x82\xd3\xe4\x93\x02/:\x01*\"*/v1/{name=teams/*/virtualClusters/*}:sleep\x12\x8f\x01\n" +
+	"\x12WakeVirtualCluster\x12&.gpuplane.v1.WakeVirtualClusterRequest\x1a\x1b.gpuplane.v1.VirtualCluster\"4\x82\xd3\xe4\x93\x02.:\x01*\")/v1/{name=teams/*/virtualClusters/*}:wake2\xad\x06\n" +
 	"\x0eRequestService\x12g\n" +
 	"\rCreateRequest\x12!.gpuplane.v1.CreateRequestRequest\x1a\x14.gpuplane.v1.Request\"\x1d\x82\xd3\xe4\x93\x02\x17:\arequest\"\f/v1/requests\x12a\n" +
 	"\n" +
@@ -2785,7 +3163,7 @@ func file_gpuplane_v1_workflow_proto_rawDescGZIP() []byte {
 }
 
 var file_gpuplane_v1_workflow_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_gpuplane_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_gpuplane_v1_workflow_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_gpuplane_v1_workflow_proto_goTypes = []any{
 	(VirtualClusterStatus_Phase)(0),            // 0: gpuplane.v1.VirtualClusterStatus.Phase
 	(Condition_Status)(0),                      // 1: gpuplane.v1.Condition.Status
@@ -2793,114 +3171,128 @@ var file_gpuplane_v1_workflow_proto_goTypes = []any{
 	(Request_Kind)(0),                          // 3: gpuplane.v1.Request.Kind
 	(*VirtualCluster)(nil),                     // 4: gpuplane.v1.VirtualCluster
 	(*VirtualClusterSpec)(nil),                 // 5: gpuplane.v1.VirtualClusterSpec
-	(*VirtualClusterStatus)(nil),               // 6: gpuplane.v1.VirtualClusterStatus
-	(*Condition)(nil),                          // 7: gpuplane.v1.Condition
-	(*GetVirtualClusterKubeconfigRequest)(nil), // 8: gpuplane.v1.GetVirtualClusterKubeconfigRequest
-	(*VirtualClusterKubeconfig)(nil),           // 9: gpuplane.v1.VirtualClusterKubeconfig
-	(*GetVirtualClusterRequest)(nil),           // 10: gpuplane.v1.GetVirtualClusterRequest
-	(*ListVirtualClustersRequest)(nil),         // 11: gpuplane.v1.ListVirtualClustersRequest
-	(*ListVirtualClustersResponse)(nil),        // 12: gpuplane.v1.ListVirtualClustersResponse
-	(*Request)(nil),                            // 13: gpuplane.v1.Request
-	(*CreateVirtualClusterPayload)(nil),        // 14: gpuplane.v1.CreateVirtualClusterPayload
-	(*ChangeVirtualClusterQuotaPayload)(nil),   // 15: gpuplane.v1.ChangeVirtualClusterQuotaPayload
-	(*ChangeVirtualClusterVersionPayload)(nil), // 16: gpuplane.v1.ChangeVirtualClusterVersionPayload
-	(*ChangeTeamQuotaPayload)(nil),             // 17: gpuplane.v1.ChangeTeamQuotaPayload
-	(*DeleteVirtualClusterPayload)(nil),        // 18: gpuplane.v1.DeleteVirtualClusterPayload
-	(*FitResult)(nil),                          // 19: gpuplane.v1.FitResult
-	(*Shortfall)(nil),                          // 20: gpuplane.v1.Shortfall
-	(*CreateRequestRequest)(nil),               // 21: gpuplane.v1.CreateRequestRequest
-	(*GetRequestRequest)(nil),                  // 22: gpuplane.v1.GetRequestRequest
-	(*ListRequestsRequest)(nil),                // 23: gpuplane.v1.ListRequestsRequest
-	(*ListRequestsResponse)(nil),               // 24: gpuplane.v1.ListRequestsResponse
-	(*CancelRequestRequest)(nil),               // 25: gpuplane.v1.CancelRequestRequest
-	(*ApproveRequestRequest)(nil),              // 26: gpuplane.v1.ApproveRequestRequest
-	(*RejectRequestRequest)(nil),               // 27: gpuplane.v1.RejectRequestRequest
-	(*CheckFitRequest)(nil),                    // 28: gpuplane.v1.CheckFitRequest
-	(*ApprovalPolicy)(nil),                     // 29: gpuplane.v1.ApprovalPolicy
-	(*GetApprovalPolicyRequest)(nil),           // 30: gpuplane.v1.GetApprovalPolicyRequest
-	(*ListApprovalPoliciesRequest)(nil),        // 31: gpuplane.v1.ListApprovalPoliciesRequest
-	(*ListApprovalPoliciesResponse)(nil),       // 32: gpuplane.v1.ListApprovalPoliciesResponse
-	(*CreateApprovalPolicyRequest)(nil),        // 33: gpuplane.v1.CreateApprovalPolicyRequest
-	(*UpdateApprovalPolicyRequest)(nil),        // 34: gpuplane.v1.UpdateApprovalPolicyRequest
-	(*DeleteApprovalPolicyRequest)(nil),        // 35: gpuplane.v1.DeleteApprovalPolicyRequest
-	(*timestamppb.Timestamp)(nil),              // 36: google.protobuf.Timestamp
-	(*Quota)(nil),                              // 37: gpuplane.v1.Quota
-	(*fieldmaskpb.FieldMask)(nil),              // 38: google.protobuf.FieldMask
-	(*emptypb.Empty)(nil),                      // 39: google.protobuf.Empty
+	(*Placement)(nil),                          // 6: gpuplane.v1.Placement
+	(*VirtualClusterStatus)(nil),               // 7: gpuplane.v1.VirtualClusterStatus
+	(*Condition)(nil),                          // 8: gpuplane.v1.Condition
+	(*SleepVirtualClusterRequest)(nil),         // 9: gpuplane.v1.SleepVirtualClusterRequest
+	(*WakeVirtualClusterRequest)(nil),          // 10: gpuplane.v1.WakeVirtualClusterRequest
+	(*GetVirtualClusterKubeconfigRequest)(nil), // 11: gpuplane.v1.GetVirtualClusterKubeconfigRequest
+	(*VirtualClusterKubeconfig)(nil),           // 12: gpuplane.v1.VirtualClusterKubeconfig
+	(*GetVirtualClusterRequest)(nil),           // 13: gpuplane.v1.GetVirtualClusterRequest
+	(*ListVirtualClustersRequest)(nil),         // 14: gpuplane.v1.ListVirtualClustersRequest
+	(*ListVirtualClustersResponse)(nil),        // 15: gpuplane.v1.ListVirtualClustersResponse
+	(*Request)(nil),                            // 16: gpuplane.v1.Request
+	(*CreateVirtualClusterPayload)(nil),        // 17: gpuplane.v1.CreateVirtualClusterPayload
+	(*ChangeVirtualClusterQuotaPayload)(nil),   // 18: gpuplane.v1.ChangeVirtualClusterQuotaPayload
+	(*ChangeVirtualClusterVersionPayload)(nil), // 19: gpuplane.v1.ChangeVirtualClusterVersionPayload
+	(*SleepVirtualClusterPayload)(nil),         // 20: gpuplane.v1.SleepVirtualClusterPayload
+	(*WakeVirtualClusterPayload)(nil),          // 21: gpuplane.v1.WakeVirtualClusterPayload
+	(*ChangeTeamQuotaPayload)(nil),             // 22: gpuplane.v1.ChangeTeamQuotaPayload
+	(*DeleteVirtualClusterPayload)(nil),        // 23: gpuplane.v1.DeleteVirtualClusterPayload
+	(*FitResult)(nil),                          // 24: gpuplane.v1.FitResult
+	(*Shortfall)(nil),                          // 25: gpuplane.v1.Shortfall
+	(*CreateRequestRequest)(nil),               // 26: gpuplane.v1.CreateRequestRequest
+	(*GetRequestRequest)(nil),                  // 27: gpuplane.v1.GetRequestRequest
+	(*ListRequestsRequest)(nil),                // 28: gpuplane.v1.ListRequestsRequest
+	(*ListRequestsResponse)(nil),               // 29: gpuplane.v1.ListRequestsResponse
+	(*CancelRequestRequest)(nil),               // 30: gpuplane.v1.CancelRequestRequest
+	(*ApproveRequestRequest)(nil),              // 31: gpuplane.v1.ApproveRequestRequest
+	(*RejectRequestRequest)(nil),               // 32: gpuplane.v1.RejectRequestRequest
+	(*CheckFitRequest)(nil),                    // 33: gpuplane.v1.CheckFitRequest
+	(*ApprovalPolicy)(nil),                     // 34: gpuplane.v1.ApprovalPolicy
+	(*GetApprovalPolicyRequest)(nil),           // 35: gpuplane.v1.GetApprovalPolicyRequest
+	(*ListApprovalPoliciesRequest)(nil),        // 36: gpuplane.v1.ListApprovalPoliciesRequest
+	(*ListApprovalPoliciesResponse)(nil),       // 37: gpuplane.v1.ListApprovalPoliciesResponse
+	(*CreateApprovalPolicyRequest)(nil),        // 38: gpuplane.v1.CreateApprovalPolicyRequest
+	(*UpdateApprovalPolicyRequest)(nil),        // 39: gpuplane.v1.UpdateApprovalPolicyRequest
+	(*DeleteApprovalPolicyRequest)(nil),        // 40: gpuplane.v1.DeleteApprovalPolicyRequest
+	nil,                                        // 41: gpuplane.v1.Placement.HostClusterLabelsEntry
+	(*timestamppb.Timestamp)(nil),              // 42: google.protobuf.Timestamp
+	(*Quota)(nil),                              // 43: gpuplane.v1.Quota
+	(*fieldmaskpb.FieldMask)(nil),              // 44: google.protobuf.FieldMask
+	(*emptypb.Empty)(nil),                      // 45: google.protobuf.Empty
 }
 var file_gpuplane_v1_workflow_proto_depIdxs = []int32{
 	5,  // 0: gpuplane.v1.VirtualCluster.spec:type_name -> gpuplane.v1.VirtualClusterSpec
-	6,  // 1: gpuplane.v1.VirtualCluster.status:type_name -> gpuplane.v1.VirtualClusterStatus
-	36, // 2: gpuplane.v1.VirtualCluster.create_time:type_name -> google.protobuf.Timestamp
-	36, // 3: gpuplane.v1.VirtualCluster.update_time:type_name -> google.protobuf.Timestamp
-	37, // 4: gpuplane.v1.VirtualClusterSpec.quota:type_name -> gpuplane.v1.Quota
-	37, // 5: gpuplane.v1.VirtualClusterSpec.limit:type_name -> gpuplane.v1.Quota
-	36, // 6: gpuplane.v1.VirtualClusterSpec.expire_time:type_name -> google.protobuf.Timestamp
-	0,  // 7: gpuplane.v1.VirtualClusterStatus.phase:type_name -> gpuplane.v1.VirtualClusterStatus.Phase
-	7,  // 8: gpuplane.v1.VirtualClusterStatus.conditions:type_name -> gpuplane.v1.Condition
-	37, // 9: gpuplane.v1.VirtualClusterStatus.allocated:type_name -> gpuplane.v1.Quota
-	1,  // 10: gpuplane.v1.Condition.status:type_name -> gpuplane.v1.Condition.Status
-	36, // 11: gpuplane.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	4,  // 12: gpuplane.v1.ListVirtualClustersResponse.virtual_clusters:type_name -> gpuplane.v1.VirtualCluster
-	3,  // 13: gpuplane.v1.Request.kind:type_name -> gpuplane.v1.Request.Kind
-	14, // 14: gpuplane.v1.Request.create_virtual_cluster:type_name -> gpuplane.v1.CreateVirtualClusterPayload
-	15, // 15: gpuplane.v1.Request.change_virtual_cluster_quota:type_name -> gpuplane.v1.ChangeVirtualClusterQuotaPayload
-	17, // 16: gpuplane.v1.Request.change_team_quota:type_name -> gpuplane.v1.ChangeTeamQuotaPayload
-	18, // 17: gpuplane.v1.Request.delete_virtual_cluster:type_name -> gpuplane.v1.DeleteVirtualClusterPayload
-	16, // 18: gpuplane.v1.Request.change_virtual_cluster_version:type_name -> gpuplane.v1.ChangeVirtualClusterVersionPayload
-	2,  // 19: gpuplane.v1.Request.state:type_name -> gpuplane.v1.Request.State
-	36, // 20: gpuplane.v1.Request.decide_time:type_name -> google.protobuf.Timestamp
-	36, // 21: gpuplane.v1.Request.create_time:type_name -> google.protobuf.Timestamp
-	36, // 22: gpuplane.v1.Request.update_time:type_name -> google.protobuf.Timestamp
-	5,  // 23: gpuplane.v1.CreateVirtualClusterPayload.spec:type_name -> gpuplane.v1.VirtualClusterSpec
-	37, // 24: gpuplane.v1.ChangeVirtualClusterQuotaPayload.quota:type_name -> gpuplane.v1.Quota
-	37, // 25: gpuplane.v1.ChangeVirtualClusterQuotaPayload.limit:type_name -> gpuplane.v1.Quota
-	37, // 26: gpuplane.v1.ChangeTeamQuotaPayload.quota:type_name -> gpuplane.v1.Quota
-	20, // 27: gpuplane.v1.FitResult.shortfalls:type_name -> gpuplane.v1.Shortfall
-	13, // 28: gpuplane.v1.CreateRequestRequest.request:type_name -> gpuplane.v1.Request
-	13, // 29: gpuplane.v1.ListRequestsResponse.requests:type_name -> gpuplane.v1.Request
-	13, // 30: gpuplane.v1.CheckFitRequest.request:type_name -> gpuplane.v1.Request
-	36, // 31: gpuplane.v1.ApprovalPolicy.create_time:type_name -> google.protobuf.Timestamp
-	36, // 32: gpuplane.v1.ApprovalPolicy.update_time:type_name -> google.protobuf.Timestamp
-	29, // 33: gpuplane.v1.ListApprovalPoliciesResponse.approval_policies:type_name -> gpuplane.v1.ApprovalPolicy
-	29, // 34: gpuplane.v1.CreateApprovalPolicyRequest.approval_policy:type_name -> gpuplane.v1.ApprovalPolicy
-	29, // 35: gpuplane.v1.UpdateApprovalPolicyRequest.approval_policy:type_name -> gpuplane.v1.ApprovalPolicy
-	38, // 36: gpuplane.v1.UpdateApprovalPolicyRequest.update_mask:type_name -> google.protobuf.FieldMask
-	10, // 37: gpuplane.v1.VirtualClusterService.GetVirtualCluster:input_type -> gpuplane.v1.GetVirtualClusterRequest
-	11, // 38: gpuplane.v1.VirtualClusterService.ListVirtualClusters:input_type -> gpuplane.v1.ListVirtualClustersRequest
-	8,  // 39: gpuplane.v1.VirtualClusterService.GetVirtualClusterKubeconfig:input_type -> gpuplane.v1.GetVirtualClusterKubeconfigRequest
-	21, // 40: gpuplane.v1.RequestService.CreateRequest:input_type -> gpuplane.v1.CreateRequestRequest
-	22, // 41: gpuplane.v1.RequestService.GetRequest:input_type -> gpuplane.v1.GetRequestRequest
-	23, // 42: gpuplane.v1.RequestService.ListRequests:input_type -> gpuplane.v1.ListRequestsRequest
-	25, // 43: gpuplane.v1.RequestService.CancelRequest:input_type -> gpuplane.v1.CancelRequestRequest
-	26, // 44: gpuplane.v1.RequestService.ApproveRequest:input_type -> gpuplane.v1.ApproveRequestRequest
-	27, // 45: gpuplane.v1.RequestService.RejectRequest:input_type -> gpuplane.v1.RejectRequestRequest
-	28, // 46: gpuplane.v1.RequestService.CheckFit:input_type -> gpuplane.v1.CheckFitRequest
-	30, // 47: gpuplane.v1.ApprovalPolicyService.GetApprovalPolicy:input_type -> gpuplane.v1.GetApprovalPolicyRequest
-	31, // 48: gpuplane.v1.ApprovalPolicyService.ListApprovalPolicies:input_type -> gpuplane.v1.ListApprovalPoliciesRequest
-	33, // 49: gpuplane.v1.ApprovalPolicyService.CreateApprovalPolicy:input_type -> gpuplane.v1.CreateApprovalPolicyRequest
-	34, // 50: gpuplane.v1.ApprovalPolicyService.UpdateApprovalPolicy:input_type -> gpuplane.v1.UpdateApprovalPolicyRequest
-	35, // 51: gpuplane.v1.ApprovalPolicyService.DeleteApprovalPolicy:input_type -> gpuplane.v1.DeleteApprovalPolicyRequest
-	4,  // 52: gpuplane.v1.VirtualClusterService.GetVirtualCluster:output_type -> gpuplane.v1.VirtualCluster
-	12, // 53: gpuplane.v1.VirtualClusterService.ListVirtualClusters:output_type -> gpuplane.v1.ListVirtualClustersResponse
-	9,  // 54: gpuplane.v1.VirtualClusterService.GetVirtualClusterKubeconfig:output_type -> gpuplane.v1.VirtualClusterKubeconfig
-	13, // 55: gpuplane.v1.RequestService.CreateRequest:output_type -> gpuplane.v1.Request
-	13, // 56: gpuplane.v1.RequestService.GetRequest:output_type -> gpuplane.v1.Request
-	24, // 57: gpuplane.v1.RequestService.ListRequests:output_type -> gpuplane.v1.ListRequestsResponse
-	13, // 58: gpuplane.v1.RequestService.CancelRequest:output_type -> gpuplane.v1.Request
-	13, // 59: gpuplane.v1.RequestService.ApproveRequest:output_type -> gpuplane.v1.Request
-	13, // 60: gpuplane.v1.RequestService.RejectRequest:output_type -> gpuplane.v1.Request
-	19, // 61: gpuplane.v1.RequestService.CheckFit:output_type -> gpuplane.v1.FitResult
-	29, // 62: gpuplane.v1.ApprovalPolicyService.GetApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
-	32, // 63: gpuplane.v1.ApprovalPolicyService.ListApprovalPolicies:output_type -> gpuplane.v1.ListApprovalPoliciesResponse
-	29, // 64: gpuplane.v1.ApprovalPolicyService.CreateApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
-	29, // 65: gpuplane.v1.ApprovalPolicyService.UpdateApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
-	39, // 66: gpuplane.v1.ApprovalPolicyService.DeleteApprovalPolicy:output_type -> google.protobuf.Empty
-	52, // [52:67] is the sub-list for method output_type
-	37, // [37:52] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	7,  // 1: gpuplane.v1.VirtualCluster.status:type_name -> gpuplane.v1.VirtualClusterStatus
+	42, // 2: gpuplane.v1.VirtualCluster.create_time:type_name -> google.protobuf.Timestamp
+	42, // 3: gpuplane.v1.VirtualCluster.update_time:type_name -> google.protobuf.Timestamp
+	43, // 4: gpuplane.v1.VirtualClusterSpec.quota:type_name -> gpuplane.v1.Quota
+	43, // 5: gpuplane.v1.VirtualClusterSpec.limit:type_name -> gpuplane.v1.Quota
+	42, // 6: gpuplane.v1.VirtualClusterSpec.expire_time:type_name -> google.protobuf.Timestamp
+	6,  // 7: gpuplane.v1.VirtualClusterSpec.placement:type_name -> gpuplane.v1.Placement
+	41, // 8: gpuplane.v1.Placement.host_cluster_labels:type_name -> gpuplane.v1.Placement.HostClusterLabelsEntry
+	0,  // 9: gpuplane.v1.VirtualClusterStatus.phase:type_name -> gpuplane.v1.VirtualClusterStatus.Phase
+	8,  // 10: gpuplane.v1.VirtualClusterStatus.conditions:type_name -> gpuplane.v1.Condition
+	43, // 11: gpuplane.v1.VirtualClusterStatus.allocated:type_name -> gpuplane.v1.Quota
+	1,  // 12: gpuplane.v1.Condition.status:type_name -> gpuplane.v1.Condition.Status
+	42, // 13: gpuplane.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	4,  // 14: gpuplane.v1.ListVirtualClustersResponse.virtual_clusters:type_name -> gpuplane.v1.VirtualCluster
+	3,  // 15: gpuplane.v1.Request.kind:type_name -> gpuplane.v1.Request.Kind
+	17, // 16: gpuplane.v1.Request.create_virtual_cluster:type_name -> gpuplane.v1.CreateVirtualClusterPayload
+	18, // 17: gpuplane.v1.Request.change_virtual_cluster_quota:type_name -> gpuplane.v1.ChangeVirtualClusterQuotaPayload
+	22, // 18: gpuplane.v1.Request.change_team_quota:type_name -> gpuplane.v1.ChangeTeamQuotaPayload
+	23, // 19: gpuplane.v1.Request.delete_virtual_cluster:type_name -> gpuplane.v1.DeleteVirtualClusterPayload
+	19, // 20: gpuplane.v1.Request.change_virtual_cluster_version:type_name -> gpuplane.v1.ChangeVirtualClusterVersionPayload
+	20, // 21: gpuplane.v1.Request.sleep_virtual_cluster:type_name -> gpuplane.v1.SleepVirtualClusterPayload
+	21, // 22: gpuplane.v1.Request.wake_virtual_cluster:type_name -> gpuplane.v1.WakeVirtualClusterPayload
+	2,  // 23: gpuplane.v1.Request.state:type_name -> gpuplane.v1.Request.State
+	42, // 24: gpuplane.v1.Request.decide_time:type_name -> google.protobuf.Timestamp
+	42, // 25: gpuplane.v1.Request.create_time:type_name -> google.protobuf.Timestamp
+	42, // 26: gpuplane.v1.Request.update_time:type_name -> google.protobuf.Timestamp
+	5,  // 27: gpuplane.v1.CreateVirtualClusterPayload.spec:type_name -> gpuplane.v1.VirtualClusterSpec
+	43, // 28: gpuplane.v1.ChangeVirtualClusterQuotaPayload.quota:type_name -> gpuplane.v1.Quota
+	43, // 29: gpuplane.v1.ChangeVirtualClusterQuotaPayload.limit:type_name -> gpuplane.v1.Quota
+	43, // 30: gpuplane.v1.ChangeTeamQuotaPayload.quota:type_name -> gpuplane.v1.Quota
+	25, // 31: gpuplane.v1.FitResult.shortfalls:type_name -> gpuplane.v1.Shortfall
+	16, // 32: gpuplane.v1.CreateRequestRequest.request:type_name -> gpuplane.v1.Request
+	16, // 33: gpuplane.v1.ListRequestsResponse.requests:type_name -> gpuplane.v1.Request
+	16, // 34: gpuplane.v1.CheckFitRequest.request:type_name -> gpuplane.v1.Request
+	42, // 35: gpuplane.v1.ApprovalPolicy.create_time:type_name -> google.protobuf.Timestamp
+	42, // 36: gpuplane.v1.ApprovalPolicy.update_time:type_name -> google.protobuf.Timestamp
+	34, // 37: gpuplane.v1.ListApprovalPoliciesResponse.approval_policies:type_name -> gpuplane.v1.ApprovalPolicy
+	34, // 38: gpuplane.v1.CreateApprovalPolicyRequest.approval_policy:type_name -> gpuplane.v1.ApprovalPolicy
+	34, // 39: gpuplane.v1.UpdateApprovalPolicyRequest.approval_policy:type_name -> gpuplane.v1.ApprovalPolicy
+	44, // 40: gpuplane.v1.UpdateApprovalPolicyRequest.update_mask:type_name -> google.protobuf.FieldMask
+	13, // 41: gpuplane.v1.VirtualClusterService.GetVirtualCluster:input_type -> gpuplane.v1.GetVirtualClusterRequest
+	14, // 42: gpuplane.v1.VirtualClusterService.ListVirtualClusters:input_type -> gpuplane.v1.ListVirtualClustersRequest
+	11, // 43: gpuplane.v1.VirtualClusterService.GetVirtualClusterKubeconfig:input_type -> gpuplane.v1.GetVirtualClusterKubeconfigRequest
+	9,  // 44: gpuplane.v1.VirtualClusterService.SleepVirtualCluster:input_type -> gpuplane.v1.SleepVirtualClusterRequest
+	10, // 45: gpuplane.v1.VirtualClusterService.WakeVirtualCluster:input_type -> gpuplane.v1.WakeVirtualClusterRequest
+	26, // 46: gpuplane.v1.RequestService.CreateRequest:input_type -> gpuplane.v1.CreateRequestRequest
+	27, // 47: gpuplane.v1.RequestService.GetRequest:input_type -> gpuplane.v1.GetRequestRequest
+	28, // 48: gpuplane.v1.RequestService.ListRequests:input_type -> gpuplane.v1.ListRequestsRequest
+	30, // 49: gpuplane.v1.RequestService.CancelRequest:input_type -> gpuplane.v1.CancelRequestRequest
+	31, // 50: gpuplane.v1.RequestService.ApproveRequest:input_type -> gpuplane.v1.ApproveRequestRequest
+	32, // 51: gpuplane.v1.RequestService.RejectRequest:input_type -> gpuplane.v1.RejectRequestRequest
+	33, // 52: gpuplane.v1.RequestService.CheckFit:input_type -> gpuplane.v1.CheckFitRequest
+	35, // 53: gpuplane.v1.ApprovalPolicyService.GetApprovalPolicy:input_type -> gpuplane.v1.GetApprovalPolicyRequest
+	36, // 54: gpuplane.v1.ApprovalPolicyService.ListApprovalPolicies:input_type -> gpuplane.v1.ListApprovalPoliciesRequest
+	38, // 55: gpuplane.v1.ApprovalPolicyService.CreateApprovalPolicy:input_type -> gpuplane.v1.CreateApprovalPolicyRequest
+	39, // 56: gpuplane.v1.ApprovalPolicyService.UpdateApprovalPolicy:input_type -> gpuplane.v1.UpdateApprovalPolicyRequest
+	40, // 57: gpuplane.v1.ApprovalPolicyService.DeleteApprovalPolicy:input_type -> gpuplane.v1.DeleteApprovalPolicyRequest
+	4,  // 58: gpuplane.v1.VirtualClusterService.GetVirtualCluster:output_type -> gpuplane.v1.VirtualCluster
+	15, // 59: gpuplane.v1.VirtualClusterService.ListVirtualClusters:output_type -> gpuplane.v1.ListVirtualClustersResponse
+	12, // 60: gpuplane.v1.VirtualClusterService.GetVirtualClusterKubeconfig:output_type -> gpuplane.v1.VirtualClusterKubeconfig
+	4,  // 61: gpuplane.v1.VirtualClusterService.SleepVirtualCluster:output_type -> gpuplane.v1.VirtualCluster
+	4,  // 62: gpuplane.v1.VirtualClusterService.WakeVirtualCluster:output_type -> gpuplane.v1.VirtualCluster
+	16, // 63: gpuplane.v1.RequestService.CreateRequest:output_type -> gpuplane.v1.Request
+	16, // 64: gpuplane.v1.RequestService.GetRequest:output_type -> gpuplane.v1.Request
+	29, // 65: gpuplane.v1.RequestService.ListRequests:output_type -> gpuplane.v1.ListRequestsResponse
+	16, // 66: gpuplane.v1.RequestService.CancelRequest:output_type -> gpuplane.v1.Request
+	16, // 67: gpuplane.v1.RequestService.ApproveRequest:output_type -> gpuplane.v1.Request
+	16, // 68: gpuplane.v1.RequestService.RejectRequest:output_type -> gpuplane.v1.Request
+	24, // 69: gpuplane.v1.RequestService.CheckFit:output_type -> gpuplane.v1.FitResult
+	34, // 70: gpuplane.v1.ApprovalPolicyService.GetApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
+	37, // 71: gpuplane.v1.ApprovalPolicyService.ListApprovalPolicies:output_type -> gpuplane.v1.ListApprovalPoliciesResponse
+	34, // 72: gpuplane.v1.ApprovalPolicyService.CreateApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
+	34, // 73: gpuplane.v1.ApprovalPolicyService.UpdateApprovalPolicy:output_type -> gpuplane.v1.ApprovalPolicy
+	45, // 74: gpuplane.v1.ApprovalPolicyService.DeleteApprovalPolicy:output_type -> google.protobuf.Empty
+	58, // [58:75] is the sub-list for method output_type
+	41, // [41:58] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_gpuplane_v1_workflow_proto_init() }
@@ -2909,12 +3301,14 @@ func file_gpuplane_v1_workflow_proto_init() {
 		return
 	}
 	file_gpuplane_v1_common_proto_init()
-	file_gpuplane_v1_workflow_proto_msgTypes[9].OneofWrappers = []any{
+	file_gpuplane_v1_workflow_proto_msgTypes[12].OneofWrappers = []any{
 		(*Request_CreateVirtualCluster)(nil),
 		(*Request_ChangeVirtualClusterQuota)(nil),
 		(*Request_ChangeTeamQuota)(nil),
 		(*Request_DeleteVirtualCluster)(nil),
 		(*Request_ChangeVirtualClusterVersion)(nil),
+		(*Request_SleepVirtualCluster)(nil),
+		(*Request_WakeVirtualCluster)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2922,7 +3316,7 @@ func file_gpuplane_v1_workflow_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gpuplane_v1_workflow_proto_rawDesc), len(file_gpuplane_v1_workflow_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   32,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

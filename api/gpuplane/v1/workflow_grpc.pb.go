@@ -23,6 +23,8 @@ const (
 	VirtualClusterService_GetVirtualCluster_FullMethodName           = "/gpuplane.v1.VirtualClusterService/GetVirtualCluster"
 	VirtualClusterService_ListVirtualClusters_FullMethodName         = "/gpuplane.v1.VirtualClusterService/ListVirtualClusters"
 	VirtualClusterService_GetVirtualClusterKubeconfig_FullMethodName = "/gpuplane.v1.VirtualClusterService/GetVirtualClusterKubeconfig"
+	VirtualClusterService_SleepVirtualCluster_FullMethodName         = "/gpuplane.v1.VirtualClusterService/SleepVirtualCluster"
+	VirtualClusterService_WakeVirtualCluster_FullMethodName          = "/gpuplane.v1.VirtualClusterService/WakeVirtualCluster"
 )
 
 // VirtualClusterServiceClient is the client API for VirtualClusterService service.
@@ -37,6 +39,21 @@ type VirtualClusterServiceClient interface {
 	// break_glass, platform admins get the vCluster admin certificate
 	// instead; every such use is audited.
 	GetVirtualClusterKubeconfig(ctx context.Context, in *GetVirtualClusterKubeconfigRequest, opts ...grpc.CallOption) (*VirtualClusterKubeconfig, error)
+	// Puts the virtual cluster to sleep now (team owners, department and
+	// platform admins; others ask with a SLEEP_VIRTUAL_CLUSTER request):
+	// spec.sleep is set, the generation bumped, and the worker scales the
+	// control plane to zero, removes the syncer's workload pods on the host
+	// and sets the leaf queue's limit to 0. Audited. Sleeping again is a
+	// no-op; a virtual cluster being created, deleted or failed cannot sleep
+	// (FAILED_PRECONDITION).
+	SleepVirtualCluster(ctx context.Context, in *SleepVirtualClusterRequest, opts ...grpc.CallOption) (*VirtualCluster, error)
+	// Wakes a sleeping virtual cluster (same callers as :sleep): the phase
+	// moves SLEEPING -> PROVISIONING -> READY as the worker restores the
+	// control plane and the leaf queue. When its department does not keep
+	// sleeping virtual clusters' quota reserved, the quota must fit again
+	// (FAILED_PRECONDITION naming the shortfall otherwise). Waking an awake
+	// one is a no-op.
+	WakeVirtualCluster(ctx context.Context, in *WakeVirtualClusterRequest, opts ...grpc.CallOption) (*VirtualCluster, error)
 }
 
 type virtualClusterServiceClient struct {
@@ -77,6 +94,26 @@ func (c *virtualClusterServiceClient) GetVirtualClusterKubeconfig(ctx context.Co
 	return out, nil
 }
 
+func (c *virtualClusterServiceClient) SleepVirtualCluster(ctx context.Context, in *SleepVirtualClusterRequest, opts ...grpc.CallOption) (*VirtualCluster, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VirtualCluster)
+	err := c.cc.Invoke(ctx, VirtualClusterService_SleepVirtualCluster_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *virtualClusterServiceClient) WakeVirtualCluster(ctx context.Context, in *WakeVirtualClusterRequest, opts ...grpc.CallOption) (*VirtualCluster, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VirtualCluster)
+	err := c.cc.Invoke(ctx, VirtualClusterService_WakeVirtualCluster_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // VirtualClusterServiceServer is the server API for VirtualClusterService service.
 // All implementations must embed UnimplementedVirtualClusterServiceServer
 // for forward compatibility.
@@ -89,6 +126,21 @@ type VirtualClusterServiceServer interface {
 	// break_glass, platform admins get the vCluster admin certificate
 	// instead; every such use is audited.
 	GetVirtualClusterKubeconfig(context.Context, *GetVirtualClusterKubeconfigRequest) (*VirtualClusterKubeconfig, error)
+	// Puts the virtual cluster to sleep now (team owners, department and
+	// platform admins; others ask with a SLEEP_VIRTUAL_CLUSTER request):
+	// spec.sleep is set, the generation bumped, and the worker scales the
+	// control plane to zero, removes the syncer's workload pods on the host
+	// and sets the leaf queue's limit to 0. Audited. Sleeping again is a
+	// no-op; a virtual cluster being created, deleted or failed cannot sleep
+	// (FAILED_PRECONDITION).
+	SleepVirtualCluster(context.Context, *SleepVirtualClusterRequest) (*VirtualCluster, error)
+	// Wakes a sleeping virtual cluster (same callers as :sleep): the phase
+	// moves SLEEPING -> PROVISIONING -> READY as the worker restores the
+	// control plane and the leaf queue. When its department does not keep
+	// sleeping virtual clusters' quota reserved, the quota must fit again
+	// (FAILED_PRECONDITION naming the shortfall otherwise). Waking an awake
+	// one is a no-op.
+	WakeVirtualCluster(context.Context, *WakeVirtualClusterRequest) (*VirtualCluster, error)
 	mustEmbedUnimplementedVirtualClusterServiceServer()
 }
 
@@ -107,6 +159,12 @@ func (UnimplementedVirtualClusterServiceServer) ListVirtualClusters(context.Cont
 }
 func (UnimplementedVirtualClusterServiceServer) GetVirtualClusterKubeconfig(context.Context, *GetVirtualClusterKubeconfigRequest) (*VirtualClusterKubeconfig, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetVirtualClusterKubeconfig not implemented")
+}
+func (UnimplementedVirtualClusterServiceServer) SleepVirtualCluster(context.Context, *SleepVirtualClusterRequest) (*VirtualCluster, error) {
+	return nil, status.Error(codes.Unimplemented, "method SleepVirtualCluster not implemented")
+}
+func (UnimplementedVirtualClusterServiceServer) WakeVirtualCluster(context.Context, *WakeVirtualClusterRequest) (*VirtualCluster, error) {
+	return nil, status.Error(codes.Unimplemented, "method WakeVirtualCluster not implemented")
 }
 func (UnimplementedVirtualClusterServiceServer) mustEmbedUnimplementedVirtualClusterServiceServer() {}
 func (UnimplementedVirtualClusterServiceServer) testEmbeddedByValue()                               {}
@@ -183,6 +241,42 @@ func _VirtualClusterService_GetVirtualClusterKubeconfig_Handler(srv interface{},
 	return interceptor(ctx, in, info, handler)
 }
 
+func _VirtualClusterService_SleepVirtualCluster_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SleepVirtualClusterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(VirtualClusterServiceServer).SleepVirtualCluster(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: VirtualClusterService_SleepVirtualCluster_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(VirtualClusterServiceServer).SleepVirtualCluster(ctx, req.(*SleepVirtualClusterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _VirtualClusterService_WakeVirtualCluster_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WakeVirtualClusterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(VirtualClusterServiceServer).WakeVirtualCluster(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: VirtualClusterService_WakeVirtualCluster_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(VirtualClusterServiceServer).WakeVirtualCluster(ctx, req.(*WakeVirtualClusterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // VirtualClusterService_ServiceDesc is the grpc.ServiceDesc for VirtualClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -201,6 +295,14 @@ var VirtualClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetVirtualClusterKubeconfig",
 			Handler:    _VirtualClusterService_GetVirtualClusterKubeconfig_Handler,
+		},
+		{
+			MethodName: "SleepVirtualCluster",
+			Handler:    _VirtualClusterService_SleepVirtualCluster_Handler,
+		},
+		{
+			MethodName: "WakeVirtualCluster",
+			Handler:    _VirtualClusterService_WakeVirtualCluster_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

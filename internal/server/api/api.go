@@ -15,6 +15,7 @@ import (
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 	"github.com/gpuplane/gpuplane/internal/events"
+	"github.com/gpuplane/gpuplane/internal/fleet"
 	"github.com/gpuplane/gpuplane/internal/request"
 	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/tenancy"
@@ -34,6 +35,7 @@ type Deps struct {
 	DB                  *store.DB
 	Tenancy             *tenancy.Service
 	Requests            *request.Service
+	Fleet               *fleet.Service
 	PlatformAdminGroups []string
 	// Kubeconfigs is nil without a host cluster: kubeconfigs then carry no
 	// CA and break glass is unavailable.
@@ -55,6 +57,7 @@ type API struct {
 	db          *store.DB
 	tenancy     *tenancy.Service
 	requests    *request.Service
+	fleet       *fleet.Service
 	adminGroups []string
 	kubeconfigs Kubeconfigs
 	apiEndpoint string
@@ -72,7 +75,7 @@ func New(d Deps) *API {
 	if d.WatchHeartbeat <= 0 {
 		d.WatchHeartbeat = DefaultHeartbeat
 	}
-	return &API{db: d.DB, tenancy: d.Tenancy, requests: d.Requests, adminGroups: d.PlatformAdminGroups,
+	return &API{db: d.DB, tenancy: d.Tenancy, requests: d.Requests, fleet: d.Fleet, adminGroups: d.PlatformAdminGroups,
 		kubeconfigs: d.Kubeconfigs, apiEndpoint: d.APIEndpoint, log: d.Log, hub: d.Events, heartbeat: d.WatchHeartbeat,
 		webhooks: d.Webhooks}
 }
@@ -117,6 +120,11 @@ type (
 	// Policies implements pb.ApprovalPolicyServiceServer.
 	Policies struct {
 		pb.UnimplementedApprovalPolicyServiceServer
+		*API
+	}
+	// HostClusters implements pb.HostClusterServiceServer.
+	HostClusters struct {
+		pb.UnimplementedHostClusterServiceServer
 		*API
 	}
 	// Watches implements pb.WatchServiceServer.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
@@ -62,7 +63,7 @@ func quotaPtrToProto(r *quota.Resources) *pb.Quota {
 func departmentToProto(d tenancy.Department) *pb.Department {
 	return &pb.Department{
 		Name: d.Name(), DisplayName: d.DisplayName, QuotaBudget: quotaToProto(d.Budget), AdminGroups: d.AdminGroups,
-		Etag: d.Etag(), CreateTime: ts(d.Created), UpdateTime: ts(d.Updated),
+		SleepingKeepsQuota: &d.SleepingKeepsQuota, Etag: d.Etag(), CreateTime: ts(d.Created), UpdateTime: ts(d.Updated),
 		Uid: d.UID, RequesterCannotDecide: proto.Bool(d.RequesterCannotDecide),
 	}
 }
@@ -72,7 +73,29 @@ func teamToProto(t tenancy.Team) *pb.Team {
 		Name: t.Name(), Department: names.Department(t.Department), DisplayName: t.DisplayName,
 		IsolationTier: pb.IsolationTier(pb.IsolationTier_value[string(t.Tier)]), Quota: quotaToProto(t.Quota),
 		NodePool: t.Pool, Uid: t.UID, Etag: t.Etag(), CreateTime: ts(t.Created), UpdateTime: ts(t.Updated),
+		AutoSleepAfter: autoSleepToProto(t.AutoSleepAfter),
 	}
+}
+
+func autoSleepToProto(d time.Duration) *durationpb.Duration {
+	if d <= 0 {
+		return nil
+	}
+	return durationpb.New(d)
+}
+
+// autoSleepFromProto validates a team's auto_sleep_after.
+func autoSleepFromProto(v *errs.Violations, field string, d *durationpb.Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	if err := d.CheckValid(); err != nil {
+		v.Add(field, "invalid duration: %v", err)
+		return 0
+	}
+	out := d.AsDuration()
+	tenancy.CheckAutoSleepAfter(v, field, out)
+	return out
 }
 
 func memberToProto(m tenancy.Member) *pb.Member {
@@ -100,7 +123,46 @@ func specToProto(s virtualcluster.Spec) *pb.VirtualClusterSpec {
 		DisplayName: s.DisplayName, Quota: quotaToProto(s.Quota), Limit: quotaPtrToProto(s.Limit),
 		OverQuotaWeight: s.OverQuotaWeight, Priority: s.Priority, AllowFractionalGpus: s.AllowFractionalGPUs,
 		KubernetesVersion: s.KubernetesVersion, ChartVersion: s.ChartVersion, ExpireTime: tsPtr(s.ExpireTime),
+		Placement: placementToProto(s.Placement), Sleep: s.Sleep,
 	}
+}
+
+func placementToProto(p virtualcluster.Placement) *pb.Placement {
+	if p.IsZero() {
+		return nil
+	}
+	out := &pb.Placement{HostClusterLabels: p.Labels}
+	if p.HostCluster != "" {
+		out.HostCluster = names.HostCluster(p.HostCluster)
+	}
+	return out
+}
+
+// placementFromProto validates a request's placement (field is its path).
+func placementFromProto(v *errs.Violations, field string, p *pb.Placement) virtualcluster.Placement {
+	var out virtualcluster.Placement
+	if p == nil {
+		return out
+	}
+	if p.GetHostCluster() != "" {
+		id, err := names.ParseHostCluster(field+".host_cluster", p.GetHostCluster())
+		if e, ok := errs.As(err); ok {
+			*v = append(*v, e.Violations...)
+		}
+		out.HostCluster = id
+	}
+	virtualcluster.ValidateLabels(v, field+".host_cluster_labels", p.GetHostClusterLabels())
+	if len(p.GetHostClusterLabels()) > 0 {
+		out.Labels = p.GetHostClusterLabels()
+	}
+	return out
+}
+
+func hostClusterName(id string) string {
+	if id == "" {
+		return ""
+	}
+	return names.HostCluster(id)
 }
 
 func conditionsToProto(cs []virtualcluster.Condition) []*pb.Condition {
@@ -127,6 +189,7 @@ func virtualClusterToProto(v virtualcluster.VirtualCluster) *pb.VirtualCluster {
 			Endpoint:           v.Endpoint,
 			Message:            v.StatusMessage,
 			Allocated:          quotaToProto(v.Allocated),
+			HostCluster:        hostClusterName(v.HostCluster),
 		},
 		Generation: v.Generation,
 		Uid:        v.UID,
@@ -169,6 +232,10 @@ func payloadToProto(p request.Payload, out *pb.Request) {
 		c := p.ChangeVersion
 		out.Payload = &pb.Request_ChangeVirtualClusterVersion{ChangeVirtualClusterVersion: &pb.ChangeVirtualClusterVersionPayload{
 			VirtualCluster: c.VirtualCluster, ChartVersion: c.ChartVersion, KubernetesVersion: c.KubernetesVersion}}
+	case p.Sleep != nil && p.Sleep.Wake:
+		out.Payload = &pb.Request_WakeVirtualCluster{WakeVirtualCluster: &pb.WakeVirtualClusterPayload{VirtualCluster: p.Sleep.VirtualCluster}}
+	case p.Sleep != nil:
+		out.Payload = &pb.Request_SleepVirtualCluster{SleepVirtualCluster: &pb.SleepVirtualClusterPayload{VirtualCluster: p.Sleep.VirtualCluster}}
 	}
 }
 

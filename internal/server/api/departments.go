@@ -120,7 +120,8 @@ func (s *Departments) CreateDepartment(ctx context.Context, req *pb.CreateDepart
 			row, err := s.tenancy.CreateDepartment(ctx, tx, a.Principal, req.GetRequestId(), tenancy.Department{
 				ID: req.GetDepartmentId(), DisplayName: d.GetDisplayName(), Budget: budget, AdminGroups: groups,
 				// Separation of duties is on unless the platform admin says otherwise.
-				RequesterCannotDecide: d.RequesterCannotDecide == nil || d.GetRequesterCannotDecide()})
+				RequesterCannotDecide: d.RequesterCannotDecide == nil || d.GetRequesterCannotDecide(),
+				SleepingKeepsQuota:    d.SleepingKeepsQuota == nil || d.GetSleepingKeepsQuota()})
 			if err != nil {
 				return nil, err
 			}
@@ -138,7 +139,7 @@ func (s *Departments) UpdateDepartment(ctx context.Context, req *pb.UpdateDepart
 	if err != nil {
 		return nil, err
 	}
-	paths, err := maskPaths(req.GetUpdateMask().GetPaths(), "display_name", "quota_budget", "admin_groups", "requester_cannot_decide")
+	paths, err := maskPaths(req.GetUpdateMask().GetPaths(), "display_name", "quota_budget", "admin_groups", "requester_cannot_decide", "sleeping_keeps_quota")
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +166,12 @@ func (s *Departments) UpdateDepartment(ctx context.Context, req *pb.UpdateDepart
 				next.AdminGroups = groups
 			}
 			if paths["requester_cannot_decide"] {
-				next.RequesterCannotDecide = d.GetRequesterCannotDecide()
+				// Unset in a mask that names it: back to the default.
+				next.RequesterCannotDecide = d.RequesterCannotDecide == nil || d.GetRequesterCannotDecide()
+			}
+			if paths["sleeping_keeps_quota"] {
+				// Unset in a mask that names it: back to the default.
+				next.SleepingKeepsQuota = d.SleepingKeepsQuota == nil || d.GetSleepingKeepsQuota()
 			}
 			if paths["quota_budget"] {
 				next.Budget = maskedQuota(paths, "quota_budget", next.Budget, budget)

@@ -92,6 +92,11 @@ func (s *VirtualClusters) GetVirtualClusterKubeconfig(ctx context.Context, req *
 		}
 		return nil, errs.PermissionDenied(msg, names.Team(team.ID))
 	}
+	if v.Phase == virtualcluster.PhaseSleeping || v.Spec.Sleep {
+		return nil, errs.FailedPrecondition(ReasonVirtualClusterNotReady,
+			"%s is asleep (its control plane is scaled to zero); wake it with :wake, then ask again", req.GetName()).
+			With("resource", req.GetName()).With("phase", string(v.Phase))
+	}
 	if !v.Phase.IsReachable() {
 		return nil, errs.FailedPrecondition(ReasonVirtualClusterNotReady,
 			"%s is %s; a kubeconfig is available once it is READY", req.GetName(), v.Phase).
@@ -100,6 +105,10 @@ func (s *VirtualClusters) GetVirtualClusterKubeconfig(ctx context.Context, req *
 	if v.Endpoint == "" {
 		return nil, errs.FailedPrecondition(ReasonVirtualClusterNotReady,
 			"the API server address of %s is not known yet", req.GetName()).With("resource", req.GetName())
+	}
+	// Someone is about to use it: not idle (auto-sleep).
+	if err := virtualcluster.Touch(ctx, s.db, v.ID); err != nil {
+		return nil, err
 	}
 	if req.GetBreakGlass() {
 		return s.breakGlassKubeconfig(ctx, a, team, v)

@@ -6,6 +6,7 @@ import (
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/fleet"
 	"github.com/gpuplane/gpuplane/internal/identity"
 	"github.com/gpuplane/gpuplane/internal/names"
 	"github.com/gpuplane/gpuplane/internal/quota"
@@ -133,6 +134,12 @@ func (s *Requests) payload(ctx context.Context, team tenancy.Team, r *pb.Request
 			DisplayName: spec.GetDisplayName(), Quota: q, Limit: limit, OverQuotaWeight: spec.GetOverQuotaWeight(),
 			Priority: spec.GetPriority(), AllowFractionalGPUs: spec.GetAllowFractionalGpus(),
 			KubernetesVersion: spec.GetKubernetesVersion(), ChartVersion: spec.GetChartVersion(),
+			Placement: placementFromProto(&v, f+".placement", spec.GetPlacement()),
+		}
+		if len(v) == 0 {
+			if err := fleet.CheckPlacement(ctx, s.db, &v, f+".placement", string(team.Tier), norm.Placement); err != nil {
+				return p, vcID, err
+			}
 		}
 		if et := spec.GetExpireTime(); et != nil && et.IsValid() {
 			t := et.AsTime()
@@ -204,8 +211,22 @@ func (s *Requests) payload(ctx context.Context, team tenancy.Team, r *pb.Request
 			return p, vcID, err
 		}
 		p.ChangeVersion = s.requests.ResolveUpgrade(&v, f, vc, c.GetVirtualCluster(), c.GetChartVersion(), c.GetKubernetesVersion())
+	case *pb.Request_SleepVirtualCluster, *pb.Request_WakeVirtualCluster:
+		f, target, wake := "request.sleep_virtual_cluster.virtual_cluster", r.GetSleepVirtualCluster().GetVirtualCluster(), false
+		if pl, ok := pl.(*pb.Request_WakeVirtualCluster); ok {
+			f, target, wake = "request.wake_virtual_cluster.virtual_cluster", pl.WakeVirtualCluster.GetVirtualCluster(), true
+		}
+		id, err := teamVC(f, target)
+		if err != nil {
+			return p, "", err
+		}
+		vcID = id
+		if _, err := liveVC(target, "; only a provisioned virtual cluster can sleep or wake"); err != nil {
+			return p, vcID, err
+		}
+		p.Sleep = &request.SleepPayload{VirtualCluster: target, Wake: wake}
 	default:
-		v.Add("request.payload", "set one of create_virtual_cluster, change_virtual_cluster_quota, change_team_quota, delete_virtual_cluster, change_virtual_cluster_version")
+		v.Add("request.payload", "set one of create_virtual_cluster, change_virtual_cluster_quota, change_team_quota, delete_virtual_cluster, change_virtual_cluster_version, sleep_virtual_cluster, wake_virtual_cluster")
 	}
 	return p, vcID, v.Err()
 }
@@ -391,7 +412,10 @@ func (s *Requests) CheckFit(ctx context.Context, req *pb.CheckFitRequest) (*pb.F
 }
 
 func fitToProto(o request.Fit) *pb.FitResult {
-	res := &pb.FitResult{Fits: o.Fits()}
+	res := &pb.FitResult{Fits: o.Fits(), HostCluster: hostClusterName(o.HostCluster)}
+	if e, ok := errs.As(o.NoHostCluster); ok {
+		res.Shortfalls = append(res.Shortfalls, &pb.Shortfall{Level: string(fleet.LevelHostCluster), Message: e.PublicMessage()})
+	}
 	for _, s := range o.Shortfalls {
 		res.Shortfalls = append(res.Shortfalls, &pb.Shortfall{
 			Level: string(s.Level), Name: s.Name, Resource: string(s.Resource),

@@ -70,6 +70,7 @@ func (s *Teams) CreateTeam(ctx context.Context, req *pb.CreateTeamRequest) (*pb.
 	tier := parseTier(&v, "team.isolation_tier", t.GetIsolationTier(), true)
 	pool, customPool := tenancy.ResolvePool(&v, "team.node_pool", tier, req.GetTeamId(), t.GetNodePool())
 	q := quotaFromProto(&v, "team.quota", t.GetQuota())
+	autoSleep := autoSleepFromProto(&v, "team.auto_sleep_after", t.GetAutoSleepAfter())
 	if tier.WholeGPUsOnly() && !q.GPU.IsWhole() {
 		v.Add("team.quota.gpu", "DEDICATED teams get whole GPUs only (got %s): KAI does not isolate GPU memory", q.GPU)
 	}
@@ -93,7 +94,7 @@ func (s *Teams) CreateTeam(ctx context.Context, req *pb.CreateTeamRequest) (*pb.
 		func() *pb.Team { return &pb.Team{} },
 		func(ctx context.Context, tx *store.Tx) (*pb.Team, error) {
 			row, err := s.tenancy.CreateTeam(ctx, tx, a.Principal, req.GetRequestId(), tenancy.Team{
-				ID: req.GetTeamId(), Department: dept, DisplayName: t.GetDisplayName(), Tier: tier, Pool: pool, Quota: q})
+				ID: req.GetTeamId(), Department: dept, DisplayName: t.GetDisplayName(), Tier: tier, Pool: pool, Quota: q, AutoSleepAfter: autoSleep})
 			if err != nil {
 				return nil, err
 			}
@@ -114,7 +115,7 @@ func (s *Teams) UpdateTeam(ctx context.Context, req *pb.UpdateTeamRequest) (*pb.
 	if !a.CanManageTeam(cur.Department) {
 		return nil, errs.PermissionDenied("only platform admins and department admins change teams; team owners ask through a CHANGE_TEAM_QUOTA request")
 	}
-	paths, err := maskPaths(req.GetUpdateMask().GetPaths(), "display_name", "isolation_tier", "quota", "node_pool")
+	paths, err := maskPaths(req.GetUpdateMask().GetPaths(), "display_name", "isolation_tier", "quota", "node_pool", "auto_sleep_after")
 	if err != nil {
 		return nil, err
 	}
@@ -125,6 +126,7 @@ func (s *Teams) UpdateTeam(ctx context.Context, req *pb.UpdateTeamRequest) (*pb.
 		tier = parseTier(&v, "team.isolation_tier", t.GetIsolationTier(), false)
 	}
 	q := quotaFromProto(&v, "team.quota", t.GetQuota())
+	autoSleep := autoSleepFromProto(&v, "team.auto_sleep_after", t.GetAutoSleepAfter())
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
@@ -135,6 +137,9 @@ func (s *Teams) UpdateTeam(ctx context.Context, req *pb.UpdateTeamRequest) (*pb.
 			}
 			if paths["display_name"] {
 				next.DisplayName = t.GetDisplayName()
+			}
+			if paths["auto_sleep_after"] {
+				next.AutoSleepAfter = autoSleep
 			}
 			if paths["isolation_tier"] {
 				next.Tier = tier

@@ -116,6 +116,63 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/hostClusters": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["HostClusterService_ListHostClusters"];
+        put?: never;
+        /** Platform admins only. */
+        post: operations["HostClusterService_CreateHostCluster"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/hostClusters/{host_cluster.name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Platform admins only. A tier it still hosts virtual clusters of cannot
+         *     be removed.
+         */
+        patch: operations["HostClusterService_UpdateHostCluster"];
+        trace?: never;
+    };
+    "/v1/hostClusters/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["HostClusterService_GetHostCluster"];
+        put?: never;
+        post?: never;
+        /**
+         * Platform admins only. Refused (FAILED_PRECONDITION, reason
+         *     HAS_DEPENDENTS, naming them) while it hosts virtual clusters.
+         */
+        delete: operations["HostClusterService_DeleteHostCluster"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/requests": {
         parameters: {
             query?: never;
@@ -350,6 +407,55 @@ export interface paths {
         get: operations["VirtualClusterService_GetVirtualClusterKubeconfig"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/teams/{name}/virtualClusters/{name_1}:sleep": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Puts the virtual cluster to sleep now (team owners, department and
+         *     platform admins; others ask with a SLEEP_VIRTUAL_CLUSTER request):
+         *     spec.sleep is set, the generation bumped, and the worker scales the
+         *     control plane to zero, removes the syncer's workload pods on the host
+         *     and sets the leaf queue's limit to 0. Audited. Sleeping again is a
+         *     no-op; a virtual cluster being created, deleted or failed cannot sleep
+         *     (FAILED_PRECONDITION).
+         */
+        post: operations["VirtualClusterService_SleepVirtualCluster"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/teams/{name}/virtualClusters/{name_1}:wake": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Wakes a sleeping virtual cluster (same callers as :sleep): the phase
+         *     moves SLEEPING -> PROVISIONING -> READY as the worker restores the
+         *     control plane and the leaf queue. When its department does not keep
+         *     sleeping virtual clusters' quota reserved, the quota must fit again
+         *     (FAILED_PRECONDITION naming the shortfall otherwise). Waking an awake
+         *     one is a no-op.
+         */
+        post: operations["VirtualClusterService_WakeVirtualCluster"];
         delete?: never;
         options?: never;
         head?: never;
@@ -694,6 +800,13 @@ export interface components {
              */
             requesterCannotDecide?: boolean;
             /**
+             * @description Whether a sleeping virtual cluster keeps its quota reserved (default
+             *     true). When false, its quota is free for the team's other virtual
+             *     clusters and its host cluster's node pool while it sleeps, and waking
+             *     it must fit again (FAILED_PRECONDITION naming the shortfall).
+             */
+            sleepingKeepsQuota?: boolean;
+            /**
              * @description This incarnation of the department: a department created later with
              *     the same id has another uid (and none of this one's audit history).
              */
@@ -704,14 +817,111 @@ export interface components {
         /** @description FitResult is the "will it fit" answer. */
         "gpuplane.v1.FitResult": {
             fits?: boolean;
+            /**
+             * @description hostClusters/{host_cluster} a new virtual cluster would be placed on
+             *     now, or the one the virtual cluster runs on.
+             */
+            hostCluster?: string;
             shortfalls?: components["schemas"]["gpuplane.v1.Shortfall"][];
         };
+        /**
+         * @description HostCluster is a Kubernetes cluster with GPUs that hosts virtual
+         *     clusters. Platform admins register them; every authenticated caller may
+         *     read them (to place a virtual cluster by name or label). The worker
+         *     probes each one and reports what it saw in status. An install that
+         *     predates many host clusters has one, "default": the cluster gpuplane
+         *     runs in (or its --kubeconfig).
+         */
+        "gpuplane.v1.HostCluster": {
+            /**
+             * @description A cordoned host cluster keeps its virtual clusters but gets no new
+             *     ones.
+             */
+            cordoned?: boolean;
+            /** Format: date-time */
+            createTime?: string;
+            displayName?: string;
+            etag?: string;
+            /**
+             * @description The cluster gpuplane runs in (or the one its --kubeconfig names). At
+             *     most one host cluster is reached this way.
+             */
+            inCluster?: components["schemas"]["gpuplane.v1.InCluster"];
+            /**
+             * @description A kubeconfig in a Secret of gpuplane's own namespace
+             *     (--host-cluster-secret-namespace) on the cluster gpuplane runs in.
+             *     The kubeconfig must carry its credentials inline (a token or a client
+             *     certificate); exec and auth-provider plugins are refused. Changing
+             *     the Secret's content makes the worker build a new client. Shown to
+             *     platform admins only.
+             */
+            kubeconfigSecret?: components["schemas"]["gpuplane.v1.SecretReference"];
+            /**
+             * @description Labels placement may ask for, e.g. region=eu, gpu-model=h100. Keys are
+             *     label keys in lowercase (letters, digits, '-', '.', an optional
+             *     prefix ending in '/'); values are label values.
+             */
+            labels?: {
+                [key: string]: string;
+            };
+            /** @description hostClusters/{host_cluster}; the id is a DNS-1123 label. */
+            name?: string;
+            status?: components["schemas"]["gpuplane.v1.HostClusterStatus"];
+            /** @description The isolation tiers whose virtual clusters it takes. Required. */
+            tiers?: components["schemas"]["gpuplane.v1.IsolationTier"][];
+            /** Format: date-time */
+            updateTime?: string;
+        } & (Record<string, never> | {
+            inCluster: components["schemas"]["gpuplane.v1.InCluster"];
+        } | {
+            kubeconfigSecret: components["schemas"]["gpuplane.v1.SecretReference"];
+        });
+        /** @description HostClusterStatus is what the worker last observed. */
+        "gpuplane.v1.HostClusterStatus": {
+            /** @description Reachable, KAIInstalled, CapacityObserved. */
+            conditions?: components["schemas"]["gpuplane.v1.Condition"][];
+            /**
+             * @description KAI Scheduler's version: the image tag of its operator Deployment
+             *     (label app=kai-operator); empty when KAI was installed another way.
+             *     Whether KAI's Queue API is served is the KAIInstalled condition.
+             */
+            kaiVersion?: string;
+            /** @description The API server's version (/version). */
+            kubernetesVersion?: string;
+            /** @description Why it is unreachable or unusable. */
+            message?: string;
+            /**
+             * @description Node pools (nodes labelled gpuplane.io/pool=<pool>; unlabelled nodes
+             *     are in "shared") with what their nodes offer and what the virtual
+             *     clusters placed here hold of it.
+             */
+            nodePools?: components["schemas"]["gpuplane.v1.NodePoolStatus"][];
+            /** Format: date-time */
+            observeTime?: string;
+            /**
+             * @description The API server answered the last probe. While it does not, the virtual
+             *     clusters on it are DEGRADED and placement skips it.
+             */
+            reachable?: boolean;
+            /**
+             * Format: date-time
+             * @description When the current outage began.
+             */
+            unreachableSince?: string;
+            /**
+             * Format: int32
+             * @description Virtual clusters it hosts (not deleted).
+             */
+            virtualClusters?: number;
+        };
+        /** @description InCluster selects the cluster gpuplane runs in. */
+        "gpuplane.v1.InCluster": Record<string, never>;
         /**
          * @description IsolationTier decides whether a team's workloads may share GPUs with
          *     other tenants.
          * @enum {string}
          */
-        "gpuplane.v1.IsolationTier": "ISOLATION_TIER_UNSPECIFIED" | "SHARED" | "DEDICATED";
+        "gpuplane.v1.IsolationTier": "ISOLATION_TIER_UNSPECIFIED" | "SHARED" | "DEDICATED" | "SANDBOX";
         "gpuplane.v1.ListApprovalPoliciesResponse": {
             approvalPolicies?: components["schemas"]["gpuplane.v1.ApprovalPolicy"][];
             nextPageToken?: string;
@@ -723,6 +933,10 @@ export interface components {
         };
         "gpuplane.v1.ListDepartmentsResponse": {
             departments?: components["schemas"]["gpuplane.v1.Department"][];
+            nextPageToken?: string;
+        };
+        "gpuplane.v1.ListHostClustersResponse": {
+            hostClusters?: components["schemas"]["gpuplane.v1.HostCluster"][];
             nextPageToken?: string;
         };
         "gpuplane.v1.ListMembersResponse": {
@@ -770,6 +984,37 @@ export interface components {
         } | {
             group: string;
         });
+        "gpuplane.v1.NodePoolStatus": {
+            /**
+             * @description The quotas of the virtual clusters placed in this pool here; with
+             *     --overcommit 1 a new one must fit capacity minus this.
+             */
+            assigned?: components["schemas"]["gpuplane.v1.Quota"];
+            /** @description The nodes' allocatable nvidia.com/gpu, cpu and memory. */
+            capacity?: components["schemas"]["gpuplane.v1.Quota"];
+            name?: string;
+            /** Format: int32 */
+            nodes?: number;
+        };
+        /**
+         * @description Placement constrains the host cluster a new virtual cluster runs on.
+         *     Candidates are the host clusters that take the team's isolation tier,
+         *     are not cordoned, are reachable, carry every label asked for and, when
+         *     one is named, are that one; of those with room in the team's node pool
+         *     (capacity x overcommit minus the quotas placed there), the one left
+         *     with the most free GPUs wins (then CPU, memory, name).
+         */
+        "gpuplane.v1.Placement": {
+            /** @description hostClusters/{host_cluster}: run there. */
+            hostCluster?: string;
+            /**
+             * @description Only host clusters carrying every one of these labels, e.g.
+             *     {"region": "eu", "gpu-model": "h100"}.
+             */
+            hostClusterLabels?: {
+                [key: string]: string;
+            };
+        };
         /** @description Quota is an amount of the three resources a KAI queue divides. */
         "gpuplane.v1.Quota": {
             /**
@@ -815,11 +1060,13 @@ export interface components {
             name?: string;
             /** @description Subject of the requester. */
             requester?: string;
+            sleepVirtualCluster?: components["schemas"]["gpuplane.v1.SleepVirtualClusterPayload"];
             state?: components["schemas"]["gpuplane.v1.Request.State"];
             /** @description teams/{team} the request is for. */
             team?: string;
             /** Format: date-time */
             updateTime?: string;
+            wakeVirtualCluster?: components["schemas"]["gpuplane.v1.WakeVirtualClusterPayload"];
         } & (Record<string, never> | {
             createVirtualCluster: components["schemas"]["gpuplane.v1.CreateVirtualClusterPayload"];
         } | {
@@ -830,9 +1077,13 @@ export interface components {
             deleteVirtualCluster: components["schemas"]["gpuplane.v1.DeleteVirtualClusterPayload"];
         } | {
             changeVirtualClusterVersion: components["schemas"]["gpuplane.v1.ChangeVirtualClusterVersionPayload"];
+        } | {
+            sleepVirtualCluster: components["schemas"]["gpuplane.v1.SleepVirtualClusterPayload"];
+        } | {
+            wakeVirtualCluster: components["schemas"]["gpuplane.v1.WakeVirtualClusterPayload"];
         });
         /** @enum {string} */
-        "gpuplane.v1.Request.Kind": "KIND_UNSPECIFIED" | "CREATE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_QUOTA" | "CHANGE_TEAM_QUOTA" | "DELETE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_VERSION";
+        "gpuplane.v1.Request.Kind": "KIND_UNSPECIFIED" | "CREATE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_QUOTA" | "CHANGE_TEAM_QUOTA" | "DELETE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_VERSION" | "SLEEP_VIRTUAL_CLUSTER" | "WAKE_VIRTUAL_CLUSTER";
         /** @enum {string} */
         "gpuplane.v1.Request.State": "STATE_UNSPECIFIED" | "PENDING" | "APPROVED" | "REJECTED" | "CANCELLED" | "APPLIED" | "FAILED";
         "gpuplane.v1.RequestEvent": {
@@ -852,10 +1103,19 @@ export interface components {
             /** @description CHANGED: the event type, e.g. "request.approved". */
             type?: string;
         };
+        /** @description SecretReference names a key of a Secret in gpuplane's own namespace. */
+        "gpuplane.v1.SecretReference": {
+            /** @description Default "kubeconfig". */
+            key?: string;
+            name?: string;
+        };
         "gpuplane.v1.Shortfall": {
             capacity?: string;
             free?: string;
-            /** @description "cluster", "department", "team" or "allocation". */
+            /**
+             * @description "cluster", "department", "pool", "team", "host_cluster" (a node
+             *     pool of one host cluster) or "allocation".
+             */
             level?: string;
             message?: string;
             /** @description The resource name at that level, e.g. "departments/research". */
@@ -865,11 +1125,24 @@ export interface components {
             /** @description "gpu", "cpu" or "memory". */
             resource?: string;
         };
+        /** @description Approved, it puts the virtual cluster to sleep like :sleep does. */
+        "gpuplane.v1.SleepVirtualClusterPayload": {
+            /** @description teams/{team}/virtualClusters/{vc} */
+            virtualCluster?: string;
+        };
         /**
          * @description Team belongs to one department; it becomes a KAI parent queue whose
          *     children are the team's virtual clusters.
          */
         "gpuplane.v1.Team": {
+            /**
+             * @description Auto-sleep: a virtual cluster of the team that has been idle this
+             *     long is put to sleep (audited as system:auto-sleep). Idle means no GPU
+             *     allocated in its KAI leaf queue and no API activity about it (a
+             *     kubeconfig handed out, a wake, a change) for that long. Unset or 0:
+             *     never; otherwise between 10 minutes and 30 days.
+             */
+            autoSleepAfter?: string;
             /** Format: date-time */
             createTime?: string;
             /** @description departments/{department} */
@@ -1022,12 +1295,26 @@ export interface components {
              */
             overQuotaWeight?: number;
             /**
+             * @description Where to run it; unset, the platform chooses (see Placement). Set only
+             *     on create.
+             */
+            placement?: components["schemas"]["gpuplane.v1.Placement"];
+            /**
              * Format: int32
              * @description KAI queue priority; default 100.
              */
             priority?: number;
             /** @description Guaranteed resources (KAI queue quota). */
             quota?: components["schemas"]["gpuplane.v1.Quota"];
+            /**
+             * @description Whether it should be asleep: set by :sleep (or an approved
+             *     SLEEP_VIRTUAL_CLUSTER request, or auto-sleep), cleared by :wake.
+             *     Asleep, its control plane is scaled to zero, the workload pods its
+             *     syncer created on the host are removed and its leaf queue admits
+             *     nothing (KAI limit 0); phase SLEEPING once the host shows it. Ignored
+             *     on create.
+             */
+            sleep?: boolean;
         };
         "gpuplane.v1.VirtualClusterStatus": {
             /** @description Resources KAI reports as allocated to the leaf queue. */
@@ -1035,6 +1322,11 @@ export interface components {
             conditions?: components["schemas"]["gpuplane.v1.Condition"][];
             /** @description The virtual cluster's API server address, once known. */
             endpoint?: string;
+            /**
+             * @description hostClusters/{host_cluster} it runs on, chosen when its create
+             *     request was approved.
+             */
+            hostCluster?: string;
             /** @description Why the phase is what it is (errors, degraded reasons). */
             message?: string;
             /**
@@ -1045,7 +1337,12 @@ export interface components {
             phase?: components["schemas"]["gpuplane.v1.VirtualClusterStatus.Phase"];
         };
         /** @enum {string} */
-        "gpuplane.v1.VirtualClusterStatus.Phase": "PHASE_UNSPECIFIED" | "PENDING_APPROVAL" | "PROVISIONING" | "READY" | "DEGRADED" | "DELETING" | "DELETED" | "FAILED" | "REJECTED";
+        "gpuplane.v1.VirtualClusterStatus.Phase": "PHASE_UNSPECIFIED" | "PENDING_APPROVAL" | "PROVISIONING" | "READY" | "DEGRADED" | "DELETING" | "DELETED" | "FAILED" | "REJECTED" | "SLEEPING";
+        /** @description Approved, it wakes the virtual cluster like :wake does. */
+        "gpuplane.v1.WakeVirtualClusterPayload": {
+            /** @description teams/{team}/virtualClusters/{vc} */
+            virtualCluster?: string;
+        };
         /**
          * @description WatchEventKind says what a watch message carries.
          * @enum {string}
@@ -1548,6 +1845,210 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description When set, must match the current etag. */
+                etag?: string;
+            };
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /**
+             * @description A generic empty message that you can re-use to avoid defining duplicated
+             *     empty messages in your APIs. A typical example is to use it as the request
+             *     or the response type of an API method. For instance:
+             *
+             *         service Foo {
+             *           rpc Bar(google.protobuf.Empty) returns (google.protobuf.Empty);
+             *         }
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    HostClusterService_ListHostClusters: {
+        parameters: {
+            query?: {
+                pageSize?: number;
+                pageToken?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["gpuplane.v1.ListHostClustersResponse"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    HostClusterService_CreateHostCluster: {
+        parameters: {
+            query?: {
+                /** @description DNS-1123 label. */
+                hostClusterId?: string;
+                requestId?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["gpuplane.v1.HostCluster"];
+            };
+        };
+        responses: {
+            /**
+             * @description HostCluster is a Kubernetes cluster with GPUs that hosts virtual
+             *     clusters. Platform admins register them; every authenticated caller may
+             *     read them (to place a virtual cluster by name or label). The worker
+             *     probes each one and reports what it saw in status. An install that
+             *     predates many host clusters has one, "default": the cluster gpuplane
+             *     runs in (or its --kubeconfig).
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["gpuplane.v1.HostCluster"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    HostClusterService_UpdateHostCluster: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Paths: display_name, tiers, labels, cordoned, in_cluster,
+                 *     kubeconfig_secret. Empty or "*" = all.
+                 */
+                updateMask?: string;
+            };
+            header?: never;
+            path: {
+                /** @description hostClusters/{host_cluster}; the id is a DNS-1123 label. */
+                "host_cluster.name": string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["gpuplane.v1.HostCluster"];
+            };
+        };
+        responses: {
+            /**
+             * @description HostCluster is a Kubernetes cluster with GPUs that hosts virtual
+             *     clusters. Platform admins register them; every authenticated caller may
+             *     read them (to place a virtual cluster by name or label). The worker
+             *     probes each one and reports what it saw in status. An install that
+             *     predates many host clusters has one, "default": the cluster gpuplane
+             *     runs in (or its --kubeconfig).
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["gpuplane.v1.HostCluster"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    HostClusterService_GetHostCluster: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /**
+             * @description HostCluster is a Kubernetes cluster with GPUs that hosts virtual
+             *     clusters. Platform admins register them; every authenticated caller may
+             *     read them (to place a virtual cluster by name or label). The worker
+             *     probes each one and reports what it saw in status. An install that
+             *     predates many host clusters has one, "default": the cluster gpuplane
+             *     runs in (or its --kubeconfig).
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["gpuplane.v1.HostCluster"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    HostClusterService_DeleteHostCluster: {
+        parameters: {
+            query?: {
                 etag?: string;
             };
             header?: never;
@@ -2265,6 +2766,94 @@ export interface operations {
             };
         };
     };
+    VirtualClusterService_SleepVirtualCluster: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description teams/{team}/virtualClusters/{virtual_cluster} */
+                name: string;
+                /** @description teams/{team}/virtualClusters/{virtual_cluster} */
+                name_1: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description When set, must match (ABORTED otherwise). */
+                    etag?: string;
+                };
+            };
+        };
+        responses: {
+            /**
+             * @description VirtualCluster is a team's vCluster on the shared host cluster and its
+             *     KAI leaf queue. It is created, resized and deleted through Requests.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["gpuplane.v1.VirtualCluster"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
+    VirtualClusterService_WakeVirtualCluster: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description teams/{team}/virtualClusters/{virtual_cluster} */
+                name: string;
+                /** @description teams/{team}/virtualClusters/{virtual_cluster} */
+                name_1: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": {
+                    /** @description When set, must match (ABORTED otherwise). */
+                    etag?: string;
+                };
+            };
+        };
+        responses: {
+            /**
+             * @description VirtualCluster is a team's vCluster on the shared host cluster and its
+             *     KAI leaf queue. It is created, resized and deleted through Requests.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["gpuplane.v1.VirtualCluster"];
+                };
+            };
+            /** @description An unexpected error response. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["google.rpc.Status"];
+                };
+            };
+        };
+    };
     MemberService_ListMembers: {
         parameters: {
             query?: {
@@ -2346,7 +2935,7 @@ export interface operations {
             query?: {
                 pageSize?: number;
                 pageToken?: string;
-                /** @description Fields: phase. */
+                /** @description Fields: phase, host_cluster (hostClusters/{id}). */
                 filter?: string;
             };
             header?: never;

@@ -36,6 +36,7 @@ const phaseColors: Record<string, string> = {
   DELETING: '#6d6d6d',
   FAILED: '#c62828',
   REJECTED: '#c62828',
+  SLEEPING: '#6d6d6d',
 };
 
 export function PhaseChip(props: { phase?: Phase }) {

@@ -11,6 +11,12 @@ describe('describeRequest', () => {
         changeVirtualClusterVersion: { virtualCluster: 'teams/a/virtualClusters/x', chartVersion: '0.36.1', kubernetesVersion: 'v1.30.2' },
       }),
     ).toBe('upgrade teams/a/virtualClusters/x to vCluster 0.36.1, Kubernetes v1.30.2');
+    expect(describeRequest({ kind: 'SLEEP_VIRTUAL_CLUSTER', sleepVirtualCluster: { virtualCluster: 'teams/a/virtualClusters/x' } })).toBe(
+      'put teams/a/virtualClusters/x to sleep',
+    );
+    expect(describeRequest({ kind: 'WAKE_VIRTUAL_CLUSTER', wakeVirtualCluster: { virtualCluster: 'teams/a/virtualClusters/x' } })).toBe(
+      'wake teams/a/virtualClusters/x',
+    );
     expect(describeRequest({ kind: 'CHANGE_TEAM_QUOTA' })).toBe('CHANGE_TEAM_QUOTA');
   });
 });

@@ -21,6 +21,12 @@ export function describeRequest(r: GpuplaneRequest): string {
     const c = r.changeVirtualClusterVersion;
     return `upgrade ${c.virtualCluster ?? ''} to vCluster ${c.chartVersion ?? ''}, Kubernetes ${c.kubernetesVersion ?? ''}`;
   }
+  if (r.sleepVirtualCluster) {
+    return `put ${r.sleepVirtualCluster.virtualCluster ?? ''} to sleep`;
+  }
+  if (r.wakeVirtualCluster) {
+    return `wake ${r.wakeVirtualCluster.virtualCluster ?? ''}`;
+  }
   return r.kind ?? 'request';
 }
 
