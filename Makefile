@@ -7,7 +7,7 @@ TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc
 LINTER := $(BIN)/golangci-lint
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
-.PHONY: run test test-go test-portal test-unit build generate generate-ts check-generated check-generated-ts lint lint-portal check-tidy check-deps buf-breaking tools envtest bench fuzz clean
+.PHONY: run test test-go test-portal test-unit build generate generate-ts check-generated check-generated-ts lint lint-portal lint-openapi check-tidy check-deps buf-breaking tools envtest bench fuzz clean
 
 # The dev-mode command. `make run` and the browser test (hack/test-portal.sh)
 # both start it from here, so moving it is a one-line change.
@@ -98,6 +98,10 @@ check-generated-ts: generate-ts
 lint-portal: node_modules/.package-lock.json
 	npm run --silent lint
 	npm run --silent build
+
+## lint-openapi: Redocly (recommended rules, redocly.yaml) over api/openapi.yaml; justified warnings only
+lint-openapi: node_modules/.package-lock.json
+	hack/lint-openapi.sh
 
 ## buf-breaking: fail when proto/ breaks compatibility with the previous commit (the previous main on CI)
 buf-breaking: tools

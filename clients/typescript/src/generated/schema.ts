@@ -3,6 +3,20 @@
  * Do not make direct changes to the file.
  */
 
+export type $Read<T> = {
+    readonly $read: T;
+};
+export type $Write<T> = {
+    readonly $write: T;
+};
+export type Readable<T> = T extends $Write<any> ? never : T extends $Read<infer U> ? Readable<U> : T extends (infer E)[] ? Readable<E>[] : T extends object ? {
+    [K in keyof T as NonNullable<T[K]> extends $Write<any> ? never : K]: Readable<T[K]>;
+} : T;
+export type Writable<T> = T extends $Read<any> ? never : T extends $Write<infer U> ? Writable<U> : T extends (infer E)[] ? Writable<E>[] : T extends object ? {
+    [K in keyof T as NonNullable<T[K]> extends $Read<any> ? never : K]: Writable<T[K]>;
+} & {
+    [K in keyof T as NonNullable<T[K]> extends $Read<any> ? K : never]?: never;
+} : T;
 export interface paths {
     "/v1/approvalPolicies": {
         parameters: {
@@ -11,45 +25,34 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get: operations["ApprovalPolicyService_ListApprovalPolicies"];
+        /** List approval policies in evaluation order. */
+        get: operations["ListApprovalPolicies"];
         put?: never;
-        post: operations["ApprovalPolicyService_CreateApprovalPolicy"];
+        /** Create an approval policy; its expression is compiled and checked. */
+        post: operations["CreateApprovalPolicy"];
         delete?: never;
         options?: never;
         head?: never;
         patch?: never;
         trace?: never;
     };
-    "/v1/approvalPolicies/{approval_policy.name}": {
+    "/v1/approvalPolicies/{approvalPolicy}": {
         parameters: {
             query?: never;
             header?: never;
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /** Get an approval policy. */
+        get: operations["GetApprovalPolicy"];
         put?: never;
         post?: never;
-        delete?: never;
+        /** Delete an approval policy. */
+        delete: operations["DeleteApprovalPolicy"];
         options?: never;
         head?: never;
-        patch: operations["ApprovalPolicyService_UpdateApprovalPolicy"];
-        trace?: never;
-    };
-    "/v1/approvalPolicies/{name}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get: operations["ApprovalPolicyService_GetApprovalPolicy"];
-        put?: never;
-        post?: never;
-        delete: operations["ApprovalPolicyService_DeleteApprovalPolicy"];
-        options?: never;
-        head?: never;
-        patch?: never;
+        /** Update an approval policy's display name, expression or disabled flag. */
+        patch: operations["UpdateApprovalPolicy"];
         trace?: never;
     };
     "/v1/auditEvents": {
@@ -59,7 +62,12 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get: operations["AuditService_ListAuditEvents"];
+        /**
+         * List audit events, newest first.
+         * @description Platform admins see every event, department admins their departments'
+         *     and team members their teams'.
+         */
+        get: operations["ListAuditEvents"];
         put?: never;
         post?: never;
         delete?: never;
@@ -75,45 +83,37 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get: operations["DepartmentService_ListDepartments"];
+        /** List the departments the caller may read. */
+        get: operations["ListDepartments"];
         put?: never;
-        post: operations["DepartmentService_CreateDepartment"];
+        /** Create a department (platform admins). */
+        post: operations["CreateDepartment"];
         delete?: never;
         options?: never;
         head?: never;
         patch?: never;
         trace?: never;
     };
-    "/v1/departments/{department.name}": {
+    "/v1/departments/{department}": {
         parameters: {
             query?: never;
             header?: never;
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /** Get a department. */
+        get: operations["GetDepartment"];
         put?: never;
         post?: never;
-        delete?: never;
+        /** Delete a department that has no teams left (platform admins). */
+        delete: operations["DeleteDepartment"];
         options?: never;
         head?: never;
-        patch: operations["DepartmentService_UpdateDepartment"];
-        trace?: never;
-    };
-    "/v1/departments/{name}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get: operations["DepartmentService_GetDepartment"];
-        put?: never;
-        post?: never;
-        delete: operations["DepartmentService_DeleteDepartment"];
-        options?: never;
-        head?: never;
-        patch?: never;
+        /**
+         * Update a department's display name, budget or admin groups.
+         * @description The budget may not shrink below what its teams hold.
+         */
+        patch: operations["UpdateDepartment"];
         trace?: never;
     };
     "/v1/requests": {
@@ -123,24 +123,34 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The approval inbox: filter on state, team, department, kind. */
-        get: operations["RequestService_ListRequests"];
+        /**
+         * List requests, newest first: the approval inbox.
+         * @description Filter on state, team, department, kind and requester.
+         */
+        get: operations["ListRequests"];
         put?: never;
-        post: operations["RequestService_CreateRequest"];
+        /**
+         * Ask for something (team owners and department admins).
+         * @description The request is stored PENDING and the approval policies are tried at
+         *     once: a matching one that fits approves it. A create request reserves
+         *     the virtual cluster's id (phase PENDING_APPROVAL).
+         */
+        post: operations["CreateRequest"];
         delete?: never;
         options?: never;
         head?: never;
         patch?: never;
         trace?: never;
     };
-    "/v1/requests/{name}": {
+    "/v1/requests/{request}": {
         parameters: {
             query?: never;
             header?: never;
             path?: never;
             cookie?: never;
         };
-        get: operations["RequestService_GetRequest"];
+        /** Get a request. */
+        get: operations["GetRequest"];
         put?: never;
         post?: never;
         delete?: never;
@@ -149,39 +159,7 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
-    "/v1/requests/{name}:approve": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        post: operations["RequestService_ApproveRequest"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/requests/{name}:cancel": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        post: operations["RequestService_CancelRequest"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/requests/{name}:checkFit": {
+    "/v1/requests/{request}:approve": {
         parameters: {
             query?: never;
             header?: never;
@@ -191,17 +169,18 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Dry run: would this request fit if approved now? Either name a stored
-         *     request or pass one that has not been created yet.
+         * Approve a pending request (platform and department admins).
+         * @description Refused with QUOTA_EXCEEDED, naming the level and resource, when it
+         *     does not fit the hierarchy now.
          */
-        post: operations["RequestService_CheckFit_1"];
+        post: operations["ApproveRequest"];
         delete?: never;
         options?: never;
         head?: never;
         patch?: never;
         trace?: never;
     };
-    "/v1/requests/{name}:reject": {
+    "/v1/requests/{request}:cancel": {
         parameters: {
             query?: never;
             header?: never;
@@ -210,7 +189,47 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        post: operations["RequestService_RejectRequest"];
+        /** Withdraw a pending request (only its requester). */
+        post: operations["CancelRequest"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/requests/{request}:checkFit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Would this request fit if approved now?
+         * @description A dry run. Either name a stored request (POST
+         *     /v1/requests/{request}:checkFit) or pass one that has not been created
+         *     yet (POST /v1/requests:checkFit with request in the body).
+         */
+        post: operations["CheckRequestFit"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/requests/{request}:reject": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Reject a pending request (platform and department admins). */
+        post: operations["RejectRequest"];
         delete?: never;
         options?: never;
         head?: never;
@@ -227,10 +246,12 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Dry run: would this request fit if approved now? Either name a stored
-         *     request or pass one that has not been created yet.
+         * Would this request fit if approved now?
+         * @description A dry run. Either name a stored request (POST
+         *     /v1/requests/{request}:checkFit) or pass one that has not been created
+         *     yet (POST /v1/requests:checkFit with request in the body).
          */
-        post: operations["RequestService_CheckFit"];
+        post: operations["CheckFit"];
         delete?: never;
         options?: never;
         head?: never;
@@ -244,80 +265,81 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get: operations["TeamService_ListTeams"];
+        /** List the teams the caller may read. */
+        get: operations["ListTeams"];
         put?: never;
-        post: operations["TeamService_CreateTeam"];
+        /**
+         * Create a team in a department (platform and department admins).
+         * @description Its quota must fit the department's budget and its node pool.
+         */
+        post: operations["CreateTeam"];
         delete?: never;
         options?: never;
         head?: never;
         patch?: never;
         trace?: never;
     };
-    "/v1/teams/{member.name}/members/{member.name_1}": {
+    "/v1/teams/{team}": {
         parameters: {
             query?: never;
             header?: never;
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /** Get a team. */
+        get: operations["GetTeam"];
         put?: never;
         post?: never;
-        delete?: never;
+        /** Delete a team that has no virtual clusters left. */
+        delete: operations["DeleteTeam"];
         options?: never;
         head?: never;
-        patch: operations["MemberService_UpdateMember"];
+        /**
+         * Update a team's display name, tier, quota or node pool.
+         * @description Platform and department admins only; team owners ask for quota through
+         *     a CHANGE_TEAM_QUOTA request.
+         */
+        patch: operations["UpdateTeam"];
         trace?: never;
     };
-    "/v1/teams/{name}": {
+    "/v1/teams/{team}/members": {
         parameters: {
             query?: never;
             header?: never;
             path?: never;
             cookie?: never;
         };
-        get: operations["TeamService_GetTeam"];
+        /** List a team's members. */
+        get: operations["ListMembers"];
         put?: never;
-        post?: never;
-        delete: operations["TeamService_DeleteTeam"];
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/teams/{name}/members/{name_1}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get: operations["MemberService_GetMember"];
-        put?: never;
-        post?: never;
-        delete: operations["MemberService_DeleteMember"];
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/teams/{name}/virtualClusters/{name_1}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get: operations["VirtualClusterService_GetVirtualCluster"];
-        put?: never;
-        post?: never;
+        /** Add a user or an OIDC group to a team (team owners and admins). */
+        post: operations["CreateMember"];
         delete?: never;
         options?: never;
         head?: never;
         patch?: never;
         trace?: never;
     };
-    "/v1/teams/{name}/virtualClusters/{name_1}:kubeconfig": {
+    "/v1/teams/{team}/members/{member}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get a member of a team. */
+        get: operations["GetMember"];
+        put?: never;
+        post?: never;
+        /** Remove a member from a team. */
+        delete: operations["DeleteMember"];
+        options?: never;
+        head?: never;
+        /** Change a member's role. */
+        patch: operations["UpdateMember"];
+        trace?: never;
+    };
+    "/v1/teams/{team}/virtualClusters": {
         parameters: {
             query?: never;
             header?: never;
@@ -325,67 +347,56 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * A kubeconfig for the caller: the virtual cluster's endpoint and CA, and
-         *     an exec credential plugin (`gpuplanectl credential`) that supplies the
+         * List a team's virtual clusters, or every team's the caller may read
+         *     (team "-").
+         */
+        get: operations["ListVirtualClusters"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/teams/{team}/virtualClusters/{virtualCluster}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get a virtual cluster: its spec and what the host cluster shows. */
+        get: operations["GetVirtualCluster"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/teams/{team}/virtualClusters/{virtualCluster}:kubeconfig": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A kubeconfig for the caller.
+         * @description The virtual cluster's endpoint and CA, and an exec credential plugin (`gpuplanectl credential`) that supplies the
          *     caller's own OIDC token. Only members of the team may call it. With
-         *     break_glass, platform admins get the vCluster admin certificate
+         *     breakGlass, platform admins get the vCluster admin certificate
          *     instead; every such use is audited.
          */
-        get: operations["VirtualClusterService_GetVirtualClusterKubeconfig"];
+        get: operations["GetVirtualClusterKubeconfig"];
         put?: never;
         post?: never;
         delete?: never;
         options?: never;
         head?: never;
         patch?: never;
-        trace?: never;
-    };
-    "/v1/teams/{parent}/members": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get: operations["MemberService_ListMembers"];
-        put?: never;
-        post: operations["MemberService_CreateMember"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/teams/{parent}/virtualClusters": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get: operations["VirtualClusterService_ListVirtualClusters"];
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/teams/{team.name}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch: operations["TeamService_UpdateTeam"];
         trace?: never;
     };
     "/v1/users/me": {
@@ -395,8 +406,13 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Who the caller is, as the server sees the token, and what it may do. */
-        get: operations["IdentityService_GetCurrentUser"];
+        /**
+         * Who the caller is, and what it may do.
+         * @description The token's subject, username and groups as the server verified them,
+         *     whether the caller is a platform admin, the departments it
+         *     administers and its role on every team.
+         */
+        get: operations["GetCurrentUser"];
         put?: never;
         post?: never;
         delete?: never;
@@ -409,82 +425,118 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
-        /** @description The Status type defines a logical error model suitable for different programming environments. */
-        "google.rpc.Status": {
-            /**
-             * Format: int32
-             * @description The status code, which should be an enum value of google.rpc.Code.
-             */
-            code?: number;
-            /** @description A list of messages that carry the error details. */
-            details?: ({
-                "@type"?: string;
-            } & {
-                [key: string]: unknown;
-            })[];
-            /** @description A developer-facing error message. */
-            message?: string;
-        };
         /**
          * @description ApprovalPolicy auto-approves matching requests. Policies are evaluated in
          *     order of create time; the first that matches (and whose request fits)
          *     approves.
          */
-        "gpuplane.v1.ApprovalPolicy": {
+        ApprovalPolicy: {
             /** Format: date-time */
-            createTime?: string;
+            createTime: $Read<string>;
+            /** @description A disabled policy approves nothing. */
             disabled?: boolean;
             displayName?: string;
+            /** @description Send it back on update or delete to make the change conditional. */
+            etag?: string;
+            /**
+             * @description A CEL expression over `request`, `team` and `department`, returning
+             *     bool. Example: request.gpu_delta <= 1.0 && department.name == "research"
+             */
+            expression: string;
+            /** @description approvalPolicies/{approvalPolicy} */
+            name: $Read<string>;
+            /** Format: date-time */
+            updateTime: $Read<string>;
+        };
+        /** @description A ApprovalPolicy as the body of an update (PATCH): every field is optional; the fields present, or the updateMask query parameter, say what changes. */
+        ApprovalPolicyUpdate: {
+            /** Format: date-time */
+            createTime?: $Read<string>;
+            /** @description A disabled policy approves nothing. */
+            disabled?: boolean;
+            displayName?: string;
+            /** @description Send it back on update or delete to make the change conditional. */
             etag?: string;
             /**
              * @description A CEL expression over `request`, `team` and `department`, returning
              *     bool. Example: request.gpu_delta <= 1.0 && department.name == "research"
              */
             expression?: string;
-            name?: string;
+            /** @description approvalPolicies/{approvalPolicy} */
+            name?: $Read<string>;
             /** Format: date-time */
-            updateTime?: string;
+            updateTime?: $Read<string>;
+        };
+        /** @description The body of ApproveRequest: the request's fields that are not in the path. */
+        ApproveRequestBody: {
+            /** @description When set, must match the request's current etag. */
+            etag?: string;
+            /** @description Why; recorded as the decision reason. */
+            reason?: string;
         };
         /**
          * @description AuditEvent records one change, written in the same transaction as the
          *     change itself.
          */
-        "gpuplane.v1.AuditEvent": {
+        AuditEvent: {
             /** @description e.g. "CreateTeam", "ApproveRequest", "RepairDrift". */
-            action?: string;
+            action: string;
             /** @description Subject of the caller; "system:<component>" for the platform itself. */
-            actor?: string;
-            actorGroups?: string[];
+            actor: string;
+            actorGroups: string[];
+            /**
+             * @description The resource after the change, as the API renders it (JSON field
+             *     names); absent for a delete.
+             */
             after?: Record<string, never>;
+            /**
+             * @description The resource before the change, as the API renders it (JSON field
+             *     names); absent for a create.
+             */
             before?: Record<string, never>;
             /** @description The server-assigned id of the API call (x-request-id). */
-            correlationId?: string;
-            /** @description Scope used for authorization of reads. */
-            department?: string;
-            name?: string;
+            correlationId: string;
+            /** @description departments/{department} of the resource: who may read the event. */
+            department: string;
+            /** @description auditEvents/{audit_event} */
+            name: string;
             /** @description The caller's idempotency key, when it sent one. */
-            requestId?: string;
+            requestId: string;
             /** @description The resource changed, e.g. "teams/team-a". */
-            resource?: string;
-            team?: string;
+            resource: string;
+            /** @description teams/{team} of the resource, when it belongs to a team. */
+            team: string;
             /** Format: date-time */
-            time?: string;
+            time: string;
         };
-        "gpuplane.v1.ChangeTeamQuotaPayload": {
+        /** @description The body of CancelRequest: the request's fields that are not in the path. */
+        CancelRequestBody: {
+            /** @description When set, must match the request's current etag. */
+            etag?: string;
+        };
+        /** @description ChangeTeamQuotaPayload asks for a new team quota. */
+        ChangeTeamQuotaPayload: {
+            /**
+             * @description Shrinking below what the team's virtual clusters hold is refused
+             *     unless this is set.
+             */
             acceptPreemption?: boolean;
-            quota?: components["schemas"]["gpuplane.v1.Quota"];
+            /** @description The new guaranteed quota of the team (all three resources). */
+            quota: components["schemas"]["Quota"];
         };
-        "gpuplane.v1.ChangeVirtualClusterQuotaPayload": {
+        /** @description ChangeVirtualClusterQuotaPayload resizes a virtual cluster. */
+        ChangeVirtualClusterQuotaPayload: {
             /**
              * @description Shrinking below what is allocated right now is refused unless this is
              *     set; running workloads may then be preempted.
              */
             acceptPreemption?: boolean;
             /** @description Replaces the limit; unset removes it. */
-            limit?: components["schemas"]["gpuplane.v1.Quota"];
-            quota?: components["schemas"]["gpuplane.v1.Quota"];
-            /** @description teams/{team}/virtualClusters/{vc} */
-            virtualCluster?: string;
+            limit?: components["schemas"]["Quota"];
+            /** @description The new guaranteed quota (all three resources). */
+            quota: components["schemas"]["Quota"];
+            /** @description teams/{team}/virtualClusters/{virtualCluster} */
+            virtualCluster: string;
         };
         /**
          * @description Existing virtual clusters keep their vCluster chart and Kubernetes
@@ -492,7 +544,7 @@ export interface components {
          *     quota change: the worker upgrades the Helm release (the control plane
          *     restarts once) and marks the request APPLIED when the host reflects it.
          */
-        "gpuplane.v1.ChangeVirtualClusterVersionPayload": {
+        ChangeVirtualClusterVersionPayload: {
             /**
              * @description A chart version the platform offers, not older than the current one
              *     (vCluster does not support downgrades). Empty keeps the current chart.
@@ -506,115 +558,182 @@ export interface components {
              *     lowest the chart offers above it. Stored resolved.
              */
             kubernetesVersion?: string;
-            /** @description teams/{team}/virtualClusters/{vc} */
-            virtualCluster?: string;
+            /** @description teams/{team}/virtualClusters/{virtualCluster} */
+            virtualCluster: string;
         };
-        "gpuplane.v1.Condition": {
-            /** Format: date-time */
+        /** @description The body of CheckFit: the request's fields that are not in the path. */
+        CheckFitBody: {
+            /** @description requests/{request}; or leave empty and set request. */
+            name?: string;
+            /** @description A request not created yet; only its team and payload count. */
+            request?: components["schemas"]["Request"];
+        };
+        /** @description The body of CheckRequestFit: the request's fields that are not in the path. */
+        CheckRequestFitBody: {
+            /** @description A request not created yet; only its team and payload count. */
+            request?: components["schemas"]["Request"];
+        };
+        /** @description Condition is the state of one step of provisioning. */
+        Condition: {
+            /**
+             * Format: date-time
+             * @description When status last changed; absent until it first does.
+             */
             lastTransitionTime?: string;
-            message?: string;
+            message: string;
             /** Format: int64 */
-            observedGeneration?: string;
-            reason?: string;
-            status?: components["schemas"]["gpuplane.v1.Condition.Status"];
+            observedGeneration: string;
+            reason: string;
+            status: components["schemas"]["ConditionStatus"];
             /**
              * @description e.g. NamespaceReady, QueuesReady, GuardrailsReady, ReleaseDeployed,
              *     ControlPlaneReady, KubeconfigReady.
              */
-            type?: string;
+            type: string;
         };
-        /** @enum {string} */
-        "gpuplane.v1.Condition.Status": "STATUS_UNSPECIFIED" | "TRUE" | "FALSE" | "UNKNOWN";
-        "gpuplane.v1.CreateVirtualClusterPayload": {
-            spec?: components["schemas"]["gpuplane.v1.VirtualClusterSpec"];
-            /** @description Output: teams/{team}/virtualClusters/{id} once the request is stored. */
-            virtualCluster?: string;
-            /** @description DNS-1123 label, unique platform-wide. */
-            virtualClusterId?: string;
+        /**
+         * @description Whether the step is done.
+         * @enum {string}
+         */
+        ConditionStatus: "STATUS_UNSPECIFIED" | "TRUE" | "FALSE" | "UNKNOWN";
+        /** @description CreateVirtualClusterPayload asks for a new virtual cluster. */
+        CreateVirtualClusterPayload: {
+            spec: components["schemas"]["VirtualClusterSpec"];
+            /** @description teams/{team}/virtualClusters/{virtualClusterId}, set by the server. */
+            virtualCluster: $Read<string>;
+            /** @description DNS-1123 label, unique platform-wide, at most 60 characters. */
+            virtualClusterId: string;
         };
-        "gpuplane.v1.DeleteVirtualClusterPayload": {
-            virtualCluster?: string;
+        /** @description DeleteVirtualClusterPayload asks to delete a virtual cluster. */
+        DeleteVirtualClusterPayload: {
+            /** @description teams/{team}/virtualClusters/{virtualCluster} */
+            virtualCluster: string;
         };
         /** @description Department is the top of the quota hierarchy; it becomes a KAI parent queue. */
-        "gpuplane.v1.Department": {
+        Department: {
             /** @description OIDC groups whose members administer this department. */
             adminGroups?: string[];
             /** Format: date-time */
-            createTime?: string;
+            createTime: $Read<string>;
             displayName?: string;
+            /**
+             * @description Changes on every update; send it back on update or delete to make the
+             *     change conditional (a stale etag gets ABORTED / HTTP 409).
+             */
             etag?: string;
             /** @description departments/{department}; the id is a DNS-1123 label. */
-            name?: string;
+            name: $Read<string>;
             /** @description The most the department's teams may be granted in total. */
-            quotaBudget?: components["schemas"]["gpuplane.v1.Quota"];
+            quotaBudget?: components["schemas"]["Quota"];
             /** Format: date-time */
-            updateTime?: string;
+            updateTime: $Read<string>;
         };
         /** @description FitResult is the "will it fit" answer. */
-        "gpuplane.v1.FitResult": {
-            fits?: boolean;
-            shortfalls?: components["schemas"]["gpuplane.v1.Shortfall"][];
+        FitResult: {
+            /** @description Whether the request fits every level of the hierarchy now. */
+            fits: boolean;
+            /**
+             * @description Why not: one entry per level and resource that is short; empty when
+             *     it fits.
+             */
+            shortfalls: components["schemas"]["Shortfall"][];
         };
         /**
          * @description IsolationTier decides whether a team's workloads may share GPUs with
          *     other tenants.
          * @enum {string}
          */
-        "gpuplane.v1.IsolationTier": "ISOLATION_TIER_UNSPECIFIED" | "SHARED" | "DEDICATED";
-        "gpuplane.v1.ListApprovalPoliciesResponse": {
-            approvalPolicies?: components["schemas"]["gpuplane.v1.ApprovalPolicy"][];
-            nextPageToken?: string;
+        IsolationTier: "ISOLATION_TIER_UNSPECIFIED" | "SHARED" | "DEDICATED";
+        ListApprovalPoliciesResponse: {
+            approvalPolicies: components["schemas"]["ApprovalPolicy"][];
+            /** @description Empty on the last page. */
+            nextPageToken: string;
         };
-        "gpuplane.v1.ListAuditEventsResponse": {
+        ListAuditEventsResponse: {
             /** @description Newest first. */
-            auditEvents?: components["schemas"]["gpuplane.v1.AuditEvent"][];
-            nextPageToken?: string;
+            auditEvents: components["schemas"]["AuditEvent"][];
+            /** @description Empty on the last page. */
+            nextPageToken: string;
         };
-        "gpuplane.v1.ListDepartmentsResponse": {
-            departments?: components["schemas"]["gpuplane.v1.Department"][];
-            nextPageToken?: string;
+        ListDepartmentsResponse: {
+            departments: components["schemas"]["Department"][];
+            /** @description Empty on the last page. */
+            nextPageToken: string;
         };
-        "gpuplane.v1.ListMembersResponse": {
-            members?: components["schemas"]["gpuplane.v1.Member"][];
-            nextPageToken?: string;
+        ListMembersResponse: {
+            members: components["schemas"]["Member"][];
+            /** @description Empty on the last page. */
+            nextPageToken: string;
         };
-        "gpuplane.v1.ListRequestsResponse": {
-            nextPageToken?: string;
+        ListRequestsResponse: {
+            /** @description Empty on the last page. */
+            nextPageToken: string;
             /** @description Newest first. */
-            requests?: components["schemas"]["gpuplane.v1.Request"][];
+            requests: components["schemas"]["Request"][];
         };
-        "gpuplane.v1.ListTeamsResponse": {
-            nextPageToken?: string;
-            teams?: components["schemas"]["gpuplane.v1.Team"][];
+        ListTeamsResponse: {
+            /** @description Empty on the last page. */
+            nextPageToken: string;
+            teams: components["schemas"]["Team"][];
         };
-        "gpuplane.v1.ListVirtualClustersResponse": {
-            nextPageToken?: string;
-            virtualClusters?: components["schemas"]["gpuplane.v1.VirtualCluster"][];
+        ListVirtualClustersResponse: {
+            /** @description Empty on the last page. */
+            nextPageToken: string;
+            virtualClusters: components["schemas"]["VirtualCluster"][];
         };
-        /** @description Member binds a user or an OIDC group to a role on a team. */
-        "gpuplane.v1.Member": {
+        /**
+         * @description Member binds a user or an OIDC group to a role on a team.
+         *
+         *     Exactly one of `user`, `group` is set (a oneof).
+         */
+        Member: {
             /** Format: date-time */
-            createTime?: string;
+            createTime: $Read<string>;
+            /** @description Send it back on update or delete to make the change conditional. */
             etag?: string;
             /** @description An OIDC group, matched against the token's groups claim. */
             group?: string;
             /** @description teams/{team}/members/{member} */
-            name?: string;
-            role?: components["schemas"]["gpuplane.v1.TeamRole"];
+            name: $Read<string>;
+            role: components["schemas"]["TeamRole"];
             /** Format: date-time */
-            updateTime?: string;
+            updateTime: $Read<string>;
             /** @description A user, matched against the token's username claim. */
             user?: string;
-        } & (Record<string, never> | {
-            user: string;
-        } | {
-            group: string;
-        });
-        /** @description Quota is an amount of the three resources a KAI queue divides. */
-        "gpuplane.v1.Quota": {
+        };
+        /** @description A Member as the body of an update (PATCH): every field is optional; the fields present, or the updateMask query parameter, say what changes. */
+        MemberUpdate: {
+            /** Format: date-time */
+            createTime?: $Read<string>;
+            /** @description Send it back on update or delete to make the change conditional. */
+            etag?: string;
+            /** @description An OIDC group, matched against the token's groups claim. */
+            group?: string;
+            /** @description teams/{team}/members/{member} */
+            name?: $Read<string>;
+            role?: components["schemas"]["TeamRole"];
+            /** Format: date-time */
+            updateTime?: $Read<string>;
+            /** @description A user, matched against the token's username claim. */
+            user?: string;
+        };
+        /**
+         * @description Quota is an amount of the three resources a KAI queue divides.
+         *
+         *     Responses always carry all three canonical amounts (gpu, cpuMillis,
+         *     memoryBytes), zero included. Requests may give CPU and memory either as
+         *     canonical numbers or as Kubernetes quantity strings in cpu and memory;
+         *     setting both forms of one resource is refused unless they agree.
+         */
+        Quota: {
+            /**
+             * @description CPU as a Kubernetes quantity instead of cpuMillis: cores ("16",
+             *     "2.5") or millicores ("500m"). Input only: responses carry cpuMillis.
+             */
+            cpu?: $Write<string>;
             /**
              * Format: int64
-             * @description CPU in millicores (1000 = one CPU).
+             * @description CPU in millicores (1000 = one CPU), an integer. To give cores, use cpu.
              */
             cpuMillis?: string;
             /**
@@ -623,90 +742,125 @@ export interface components {
              */
             gpu?: string;
             /**
+             * @description Memory as a Kubernetes quantity instead of memoryBytes: "64Gi",
+             *     "512Mi", "1G" or plain bytes. Input only: responses carry memoryBytes.
+             */
+            memory?: $Write<string>;
+            /**
              * Format: int64
-             * @description Memory in bytes.
+             * @description Memory in bytes, an integer. To give "64Gi", use memory.
              */
             memoryBytes?: string;
         };
-        /** @description Request is a team's ask for something; an admin or a policy decides. */
-        "gpuplane.v1.Request": {
-            /** @description approvalPolicies/{policy} that auto-approved it, if any. */
-            approvalPolicy?: string;
-            changeTeamQuota?: components["schemas"]["gpuplane.v1.ChangeTeamQuotaPayload"];
-            changeVirtualClusterQuota?: components["schemas"]["gpuplane.v1.ChangeVirtualClusterQuotaPayload"];
-            changeVirtualClusterVersion?: components["schemas"]["gpuplane.v1.ChangeVirtualClusterVersionPayload"];
-            /** Format: date-time */
-            createTime?: string;
-            createVirtualCluster?: components["schemas"]["gpuplane.v1.CreateVirtualClusterPayload"];
-            /** Format: date-time */
-            decideTime?: string;
-            /** @description Subject of the decider, or "policy:<name>" / "system:<component>". */
-            decider?: string;
-            decisionReason?: string;
-            deleteVirtualCluster?: components["schemas"]["gpuplane.v1.DeleteVirtualClusterPayload"];
-            /** @description departments/{department} of the team. */
-            department?: string;
+        /** @description The body of RejectRequest: the request's fields that are not in the path. */
+        RejectRequestBody: {
+            /** @description When set, must match the request's current etag. */
             etag?: string;
-            /** @description Why applying failed, when state is FAILED. */
-            failureMessage?: string;
-            justification?: string;
-            kind?: components["schemas"]["gpuplane.v1.Request.Kind"];
-            /** @description requests/{request}; assigned by the server. */
-            name?: string;
-            /** @description Subject of the requester. */
-            requester?: string;
-            state?: components["schemas"]["gpuplane.v1.Request.State"];
-            /** @description teams/{team} the request is for. */
-            team?: string;
+            /** @description Why; recorded as the decision reason. */
+            reason?: string;
+        };
+        /**
+         * @description Request is a team's ask for something; an admin or a policy decides.
+         *
+         *     Exactly one of `createVirtualCluster`, `changeVirtualClusterQuota`, `changeTeamQuota`, `deleteVirtualCluster`, `changeVirtualClusterVersion` is set (a oneof).
+         */
+        Request: {
+            /** @description approvalPolicies/{policy} that auto-approved it, if any. */
+            approvalPolicy: $Read<string>;
+            changeTeamQuota?: components["schemas"]["ChangeTeamQuotaPayload"];
+            changeVirtualClusterQuota?: components["schemas"]["ChangeVirtualClusterQuotaPayload"];
+            changeVirtualClusterVersion?: components["schemas"]["ChangeVirtualClusterVersionPayload"];
             /** Format: date-time */
-            updateTime?: string;
-        } & (Record<string, never> | {
-            createVirtualCluster: components["schemas"]["gpuplane.v1.CreateVirtualClusterPayload"];
-        } | {
-            changeVirtualClusterQuota: components["schemas"]["gpuplane.v1.ChangeVirtualClusterQuotaPayload"];
-        } | {
-            changeTeamQuota: components["schemas"]["gpuplane.v1.ChangeTeamQuotaPayload"];
-        } | {
-            deleteVirtualCluster: components["schemas"]["gpuplane.v1.DeleteVirtualClusterPayload"];
-        } | {
-            changeVirtualClusterVersion: components["schemas"]["gpuplane.v1.ChangeVirtualClusterVersionPayload"];
-        });
-        /** @enum {string} */
-        "gpuplane.v1.Request.Kind": "KIND_UNSPECIFIED" | "CREATE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_QUOTA" | "CHANGE_TEAM_QUOTA" | "DELETE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_VERSION";
-        /** @enum {string} */
-        "gpuplane.v1.Request.State": "STATE_UNSPECIFIED" | "PENDING" | "APPROVED" | "REJECTED" | "CANCELLED" | "APPLIED" | "FAILED";
-        "gpuplane.v1.Shortfall": {
-            capacity?: string;
-            free?: string;
+            createTime: $Read<string>;
+            createVirtualCluster?: components["schemas"]["CreateVirtualClusterPayload"];
+            /**
+             * Format: date-time
+             * @description When the request was decided; absent while PENDING.
+             */
+            decideTime?: $Read<string>;
+            /** @description Subject of the decider, or "policy:<name>" / "system:<component>". */
+            decider: $Read<string>;
+            decisionReason: $Read<string>;
+            deleteVirtualCluster?: components["schemas"]["DeleteVirtualClusterPayload"];
+            /** @description departments/{department} of the team. */
+            department: $Read<string>;
+            etag: $Read<string>;
+            /** @description Why applying failed, when state is FAILED. */
+            failureMessage: $Read<string>;
+            /** @description Why the team asks; shown to the deciders. */
+            justification?: string;
+            kind: $Read<components["schemas"]["RequestKind"]>;
+            /** @description requests/{request}; assigned by the server. */
+            name: $Read<string>;
+            /** @description Subject of the requester. */
+            requester: $Read<string>;
+            state: $Read<components["schemas"]["RequestState"]>;
+            /** @description teams/{team} the request is for. */
+            team: string;
+            /** Format: date-time */
+            updateTime: $Read<string>;
+        };
+        /**
+         * @description What a request asks for; set by the server from the payload.
+         * @enum {string}
+         */
+        RequestKind: "KIND_UNSPECIFIED" | "CREATE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_QUOTA" | "CHANGE_TEAM_QUOTA" | "DELETE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_VERSION";
+        /**
+         * @description Where a request is in its life.
+         * @enum {string}
+         */
+        RequestState: "STATE_UNSPECIFIED" | "PENDING" | "APPROVED" | "REJECTED" | "CANCELLED" | "APPLIED" | "FAILED";
+        /** @description Shortfall is one level and resource a request does not fit. */
+        Shortfall: {
+            capacity: string;
+            free: string;
             /** @description "cluster", "department", "team" or "allocation". */
-            level?: string;
-            message?: string;
+            level: string;
+            message: string;
             /** @description The resource name at that level, e.g. "departments/research". */
-            name?: string;
+            name: string;
             /** @description Human-readable amounts ("2 GPU", "16 CPU", "64Gi"). */
-            requested?: string;
+            requested: string;
             /** @description "gpu", "cpu" or "memory". */
-            resource?: string;
+            resource: string;
+        };
+        /** @description An error: google.rpc.Status, the same body for every failed call. details always holds a google.rpc.ErrorInfo (domain gpuplane.dev, a stable reason such as QUOTA_EXCEEDED); bad input adds a google.rpc.BadRequest with field violations, retryable errors a google.rpc.RetryInfo. */
+        Status: {
+            /**
+             * Format: int32
+             * @description The google.rpc.Code (3 INVALID_ARGUMENT, 5 NOT_FOUND, ...).
+             */
+            code: number;
+            /** @description Typed details, each naming its type in @type. */
+            details: ({
+                "@type": string;
+            } & {
+                [key: string]: unknown;
+            })[];
+            /** @description What went wrong, for people. */
+            message: string;
         };
         /**
          * @description Team belongs to one department; it becomes a KAI parent queue whose
          *     children are the team's virtual clusters.
          */
-        "gpuplane.v1.Team": {
+        Team: {
             /** Format: date-time */
-            createTime?: string;
-            /** @description departments/{department} */
-            department?: string;
+            createTime: $Read<string>;
+            /** @description departments/{department}; a team never moves to another department. */
+            department: string;
             displayName?: string;
+            /** @description Send it back on update or delete to make the change conditional. */
             etag?: string;
-            isolationTier?: components["schemas"]["gpuplane.v1.IsolationTier"];
+            /** @description SHARED when not given on create. */
+            isolationTier?: components["schemas"]["IsolationTier"];
             /** @description teams/{team}; the id is a DNS-1123 label, unique platform-wide. */
-            name?: string;
+            name: $Read<string>;
             /**
              * @description The node pool the team's virtual clusters run on: nodes labelled
-             *     gpuplane.io/pool=<node_pool>. SHARED teams share the pool "shared"
+             *     gpuplane.io/pool=<nodePool>. SHARED teams share the pool "shared"
              *     (nodes without the label belong to it too). A DEDICATED team has a pool
-             *     of its own, fenced by the taint gpuplane.io/pool=<node_pool>:NoSchedule,
+             *     of its own, fenced by the taint gpuplane.io/pool=<nodePool>:NoSchedule,
              *     "dedicated-<team>" unless a platform admin names another; no two
              *     DEDICATED teams share one. The team's quota must fit the pool's nodes.
              *     Empty on create or update: the default for the tier.
@@ -716,74 +870,115 @@ export interface components {
              * @description Guaranteed resources of the team; the sum of its virtual clusters'
              *     quotas never exceeds it.
              */
-            quota?: components["schemas"]["gpuplane.v1.Quota"];
+            quota?: components["schemas"]["Quota"];
             /** Format: date-time */
-            updateTime?: string;
+            updateTime: $Read<string>;
         };
         /**
          * @description TeamRole is a member's role on a team.
          * @enum {string}
          */
-        "gpuplane.v1.TeamRole": "TEAM_ROLE_UNSPECIFIED" | "OWNER" | "MEMBER" | "VIEWER";
-        "gpuplane.v1.TeamRoleBinding": {
-            role?: components["schemas"]["gpuplane.v1.TeamRole"];
+        TeamRole: "TEAM_ROLE_UNSPECIFIED" | "OWNER" | "MEMBER" | "VIEWER";
+        /** @description TeamRoleBinding is the caller's role on one team. */
+        TeamRoleBinding: {
+            role: components["schemas"]["TeamRole"];
             /** @description teams/{team} */
-            team?: string;
+            team: string;
             /** @description The member entries that grant the role (a user and several groups may). */
-            viaMembers?: string[];
+            viaMembers: string[];
         };
-        "gpuplane.v1.User": {
+        /** @description A Team as the body of an update (PATCH): every field is optional; the fields present, or the updateMask query parameter, say what changes. */
+        TeamUpdate: {
+            /** Format: date-time */
+            createTime?: $Read<string>;
+            /** @description departments/{department}; a team never moves to another department. */
+            department?: string;
+            displayName?: string;
+            /** @description Send it back on update or delete to make the change conditional. */
+            etag?: string;
+            /** @description SHARED when not given on create. */
+            isolationTier?: components["schemas"]["IsolationTier"];
+            /** @description teams/{team}; the id is a DNS-1123 label, unique platform-wide. */
+            name?: $Read<string>;
+            /**
+             * @description The node pool the team's virtual clusters run on: nodes labelled
+             *     gpuplane.io/pool=<nodePool>. SHARED teams share the pool "shared"
+             *     (nodes without the label belong to it too). A DEDICATED team has a pool
+             *     of its own, fenced by the taint gpuplane.io/pool=<nodePool>:NoSchedule,
+             *     "dedicated-<team>" unless a platform admin names another; no two
+             *     DEDICATED teams share one. The team's quota must fit the pool's nodes.
+             *     Empty on create or update: the default for the tier.
+             */
+            nodePool?: string;
+            /**
+             * @description Guaranteed resources of the team; the sum of its virtual clusters'
+             *     quotas never exceeds it.
+             */
+            quota?: components["schemas"]["Quota"];
+            /** Format: date-time */
+            updateTime?: $Read<string>;
+        };
+        /** @description User is the caller as the server sees its token. */
+        User: {
             /** @description departments/{department} the caller administers. */
-            adminOfDepartments?: string[];
-            email?: string;
-            groups?: string[];
-            platformAdmin?: boolean;
+            adminOfDepartments: string[];
+            email: string;
+            groups: string[];
+            platformAdmin: boolean;
             /** @description The token's subject. */
-            subject?: string;
-            teamRoles?: components["schemas"]["gpuplane.v1.TeamRoleBinding"][];
+            subject: string;
+            teamRoles: components["schemas"]["TeamRoleBinding"][];
             /** @description The token's username claim (what Member.user matches). */
-            username?: string;
+            username: string;
         };
         /**
          * @description VirtualCluster is a team's vCluster on the shared host cluster and its
          *     KAI leaf queue. It is created, resized and deleted through Requests.
          */
-        "gpuplane.v1.VirtualCluster": {
+        VirtualCluster: {
             /** Format: date-time */
-            createTime?: string;
-            etag?: string;
+            createTime: string;
+            etag: string;
             /**
              * Format: int64
              * @description Incremented on every change of spec.
              */
-            generation?: string;
+            generation: string;
             /**
-             * @description teams/{team}/virtualClusters/{virtual_cluster}; the id is a DNS-1123
+             * @description teams/{team}/virtualClusters/{virtualCluster}; the id is a DNS-1123
              *     label unique platform-wide (it names the KAI leaf queue).
              */
-            name?: string;
-            spec?: components["schemas"]["gpuplane.v1.VirtualClusterSpec"];
-            status?: components["schemas"]["gpuplane.v1.VirtualClusterStatus"];
+            name: string;
+            /** @description What was approved; requests change it. */
+            spec: components["schemas"]["VirtualClusterSpec"];
+            /** @description What the host cluster shows. */
+            status: components["schemas"]["VirtualClusterStatus"];
             /** Format: date-time */
-            updateTime?: string;
+            updateTime: string;
         };
-        "gpuplane.v1.VirtualClusterKubeconfig": {
-            breakGlass?: boolean;
+        /** @description VirtualClusterKubeconfig is a kubeconfig for one caller. */
+        VirtualClusterKubeconfig: {
+            breakGlass: boolean;
             /**
              * Format: byte
              * @description PEM CA bundle of the virtual cluster API server.
              */
-            certificateAuthorityData?: string;
+            certificateAuthorityData: string;
             /** @description The context name inside the kubeconfig. */
-            context?: string;
+            context: string;
             /** @description A complete kubeconfig document (YAML). */
-            kubeconfig?: string;
+            kubeconfig: string;
             /** @description The virtual cluster API server address. */
-            server?: string;
+            server: string;
         };
-        "gpuplane.v1.VirtualClusterSpec": {
+        /** @description VirtualClusterSpec is what a virtual cluster was granted. */
+        VirtualClusterSpec: {
             /** @description Allow gpu-fraction / gpu-memory pods. Only in the SHARED tier. */
             allowFractionalGpus?: boolean;
+            /**
+             * @description The vCluster chart version, one the platform offers. Empty on create:
+             *     the server's default. Stored resolved.
+             */
             chartVersion?: string;
             displayName?: string;
             /**
@@ -791,13 +986,16 @@ export interface components {
              * @description When set, a delete request is created automatically once it passes.
              */
             expireTime?: string;
-            /** @description Defaults from server configuration. */
+            /**
+             * @description The virtual Kubernetes version: "1.N" or an exact version the chart
+             *     offers. Empty on create: the chart's default. Stored resolved.
+             */
             kubernetesVersion?: string;
             /**
              * @description Optional hard cap (KAI queue limit). Unset: no cap beyond quota plus
              *     the over-quota share.
              */
-            limit?: components["schemas"]["gpuplane.v1.Quota"];
+            limit?: components["schemas"]["Quota"];
             /**
              * Format: int32
              * @description Share of spare capacity relative to siblings; default 1.
@@ -808,28 +1006,88 @@ export interface components {
              * @description KAI queue priority; default 100.
              */
             priority?: number;
-            /** @description Guaranteed resources (KAI queue quota). */
-            quota?: components["schemas"]["gpuplane.v1.Quota"];
+            /** @description Guaranteed resources (KAI queue quota); at least one resource non-zero. */
+            quota: components["schemas"]["Quota"];
         };
-        "gpuplane.v1.VirtualClusterStatus": {
+        /** @description VirtualClusterStatus is what the host cluster shows of a virtual cluster. */
+        VirtualClusterStatus: {
             /** @description Resources KAI reports as allocated to the leaf queue. */
-            allocated?: components["schemas"]["gpuplane.v1.Quota"];
-            conditions?: components["schemas"]["gpuplane.v1.Condition"][];
+            allocated: components["schemas"]["Quota"];
+            /** @description One per step of provisioning, in order. */
+            conditions: components["schemas"]["Condition"][];
             /** @description The virtual cluster's API server address, once known. */
-            endpoint?: string;
+            endpoint: string;
             /** @description Why the phase is what it is (errors, degraded reasons). */
-            message?: string;
+            message: string;
             /**
              * Format: int64
              * @description The generation the host cluster last converged to.
              */
-            observedGeneration?: string;
-            phase?: components["schemas"]["gpuplane.v1.VirtualClusterStatus.Phase"];
+            observedGeneration: string;
+            phase: components["schemas"]["VirtualClusterStatusPhase"];
         };
-        /** @enum {string} */
-        "gpuplane.v1.VirtualClusterStatus.Phase": "PHASE_UNSPECIFIED" | "PENDING_APPROVAL" | "PROVISIONING" | "READY" | "DEGRADED" | "DELETING" | "DELETED" | "FAILED" | "REJECTED";
+        /**
+         * @description Where a virtual cluster is in its life.
+         * @enum {string}
+         */
+        VirtualClusterStatusPhase: "PHASE_UNSPECIFIED" | "PENDING_APPROVAL" | "PROVISIONING" | "READY" | "DEGRADED" | "DELETING" | "DELETED" | "FAILED" | "REJECTED";
     };
-    responses: never;
+    responses: {
+        /** @description INVALID_ARGUMENT: a field, filter or page token is invalid (ErrorInfo reason INVALID_FIELD, INVALID_FILTER or INVALID_PAGE_TOKEN; BadRequest field violations name the fields by JSON path); or FAILED_PRECONDITION: the current state does not allow it (e.g. QUOTA_EXCEEDED, INVALID_STATE_TRANSITION, HAS_DEPENDENTS). */
+        BadRequest: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Status"];
+            };
+        };
+        /** @description ABORTED: the etag sent is stale (ETAG_MISMATCH; read again and retry); or ALREADY_EXISTS: an object with this id exists. */
+        Conflict: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Status"];
+            };
+        };
+        /** @description Any other error: 503 UNAVAILABLE (with Retry-After, e.g. IDENTITY_PROVIDER_UNAVAILABLE), 429 RESOURCE_EXHAUSTED, 500 INTERNAL (the X-Request-Id response header identifies it in the server logs). */
+        Error: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Status"];
+            };
+        };
+        /** @description NOT_FOUND: the object does not exist, or the caller may not read it (other teams' objects answer 404, not 403). */
+        NotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Status"];
+            };
+        };
+        /** @description PERMISSION_DENIED: the caller may read the object but not do this. */
+        PermissionDenied: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Status"];
+            };
+        };
+        /** @description UNAUTHENTICATED: no bearer token, or one that is expired, forged or for another issuer or audience. */
+        Unauthenticated: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Status"];
+            };
+        };
+    };
     parameters: never;
     requestBodies: never;
     headers: never;
@@ -837,10 +1095,12 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
-    ApprovalPolicyService_ListApprovalPolicies: {
+    ListApprovalPolicies: {
         parameters: {
             query?: {
+                /** @description Default 50, at most 500. */
                 pageSize?: number;
+                /** @description The nextPageToken of the previous page. */
                 pageToken?: string;
             };
             header?: never;
@@ -855,24 +1115,23 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ListApprovalPoliciesResponse"];
+                    "application/json": components["schemas"]["ListApprovalPoliciesResponse"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            default: components["responses"]["Error"];
         };
     };
-    ApprovalPolicyService_CreateApprovalPolicy: {
+    CreateApprovalPolicy: {
         parameters: {
-            query?: {
-                approvalPolicyId?: string;
+            query: {
+                /** @description The new policy's id, a DNS-1123 label. */
+                approvalPolicyId: string;
+                /**
+                 * @description Idempotency key: a retry with the same requestId returns the first
+                 *     result without writing again.
+                 */
                 requestId?: string;
             };
             header?: never;
@@ -881,7 +1140,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["gpuplane.v1.ApprovalPolicy"];
+                "application/json": components["schemas"]["ApprovalPolicy"];
             };
         };
         responses: {
@@ -895,68 +1154,24 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ApprovalPolicy"];
+                    "application/json": components["schemas"]["ApprovalPolicy"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    ApprovalPolicyService_UpdateApprovalPolicy: {
-        parameters: {
-            query?: {
-                /** @description Paths: display_name, expression, disabled. */
-                updateMask?: string;
-            };
-            header?: never;
-            path: {
-                "approval_policy.name": string;
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["gpuplane.v1.ApprovalPolicy"];
-            };
-        };
-        responses: {
-            /**
-             * @description ApprovalPolicy auto-approves matching requests. Policies are evaluated in
-             *     order of create time; the first that matches (and whose request fits)
-             *     approves.
-             */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ApprovalPolicy"];
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    ApprovalPolicyService_GetApprovalPolicy: {
+    GetApprovalPolicy: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                name: string;
+                /** @description The approval policy's id, e.g. `small-research`: the last segment of its resource name `approvalPolicies/{approvalPolicy}`, not the whole name. */
+                approvalPolicy: string;
             };
             cookie?: never;
         };
@@ -972,42 +1187,31 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ApprovalPolicy"];
+                    "application/json": components["schemas"]["ApprovalPolicy"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
         };
     };
-    ApprovalPolicyService_DeleteApprovalPolicy: {
+    DeleteApprovalPolicy: {
         parameters: {
             query?: {
+                /** @description When set, must match the current etag. */
                 etag?: string;
             };
             header?: never;
             path: {
-                name: string;
+                /** @description The approval policy's id, e.g. `small-research`: the last segment of its resource name `approvalPolicies/{approvalPolicy}`, not the whole name. */
+                approvalPolicy: string;
             };
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /**
-             * @description A generic empty message that you can re-use to avoid defining duplicated
-             *     empty messages in your APIs. A typical example is to use it as the request
-             *     or the response type of an API method. For instance:
-             *
-             *         service Foo {
-             *           rpc Bar(google.protobuf.Empty) returns (google.protobuf.Empty);
-             *         }
-             */
+            /** @description Deleted; the body is an empty JSON object. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -1016,21 +1220,63 @@ export interface operations {
                     "application/json": Record<string, never>;
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
+    UpdateApprovalPolicy: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Paths: displayName, expression, disabled, in proto or JSON form.
+                 *     Empty or "*" = all.
+                 */
+                updateMask?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The approval policy's id, e.g. `small-research`: the last segment of its resource name `approvalPolicies/{approvalPolicy}`, not the whole name. */
+                approvalPolicy: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApprovalPolicyUpdate"];
+            };
+        };
+        responses: {
+            /**
+             * @description ApprovalPolicy auto-approves matching requests. Policies are evaluated in
+             *     order of create time; the first that matches (and whose request fits)
+             *     approves.
+             */
+            200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
+                    "application/json": components["schemas"]["ApprovalPolicy"];
                 };
             };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    AuditService_ListAuditEvents: {
+    ListAuditEvents: {
         parameters: {
             query?: {
+                /** @description Default 50, at most 500. */
                 pageSize?: number;
+                /** @description The nextPageToken of the previous page. */
                 pageToken?: string;
                 /**
                  * @description Fields: resource (exact, or a prefix ending in "*": "teams/team-a*"),
@@ -1052,27 +1298,22 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ListAuditEventsResponse"];
+                    "application/json": components["schemas"]["ListAuditEventsResponse"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            default: components["responses"]["Error"];
         };
     };
-    DepartmentService_ListDepartments: {
+    ListDepartments: {
         parameters: {
             query?: {
                 /** @description Default 50, at most 500. */
                 pageSize?: number;
+                /** @description The nextPageToken of the previous page. */
                 pageToken?: string;
-                /** @description Conjunction of `field = "value"` terms; fields: display_name. */
+                /** @description Conjunction of `field = "value"` terms; fields: displayName. */
                 filter?: string;
             };
             header?: never;
@@ -1087,27 +1328,21 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ListDepartmentsResponse"];
+                    "application/json": components["schemas"]["ListDepartmentsResponse"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            default: components["responses"]["Error"];
         };
     };
-    DepartmentService_CreateDepartment: {
+    CreateDepartment: {
         parameters: {
-            query?: {
-                /** @description DNS-1123 label. */
-                departmentId?: string;
+            query: {
+                /** @description The new department's id, a DNS-1123 label. */
+                departmentId: string;
                 /**
-                 * @description Idempotency key: a retry with the same request_id returns the first
+                 * @description Idempotency key: a retry with the same requestId returns the first
                  *     result without writing again.
                  */
                 requestId?: string;
@@ -1118,7 +1353,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["gpuplane.v1.Department"];
+                "application/json": components["schemas"]["Department"];
             };
         };
         responses: {
@@ -1128,65 +1363,24 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Department"];
+                    "application/json": components["schemas"]["Department"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    DepartmentService_UpdateDepartment: {
-        parameters: {
-            query?: {
-                /** @description Paths: display_name, quota_budget, admin_groups. Empty or "*" = all. */
-                updateMask?: string;
-            };
-            header?: never;
-            path: {
-                /** @description departments/{department}; the id is a DNS-1123 label. */
-                "department.name": string;
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["gpuplane.v1.Department"];
-            };
-        };
-        responses: {
-            /** @description Department is the top of the quota hierarchy; it becomes a KAI parent queue. */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Department"];
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    DepartmentService_GetDepartment: {
+    GetDepartment: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                name: string;
+                /** @description The department's id, e.g. `research`: the last segment of its resource name `departments/{department}`, not the whole name. */
+                department: string;
             };
             cookie?: never;
         };
@@ -1198,21 +1392,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Department"];
+                    "application/json": components["schemas"]["Department"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
         };
     };
-    DepartmentService_DeleteDepartment: {
+    DeleteDepartment: {
         parameters: {
             query?: {
                 /** @description When set, must match the current etag. */
@@ -1220,21 +1409,14 @@ export interface operations {
             };
             header?: never;
             path: {
-                name: string;
+                /** @description The department's id, e.g. `research`: the last segment of its resource name `departments/{department}`, not the whole name. */
+                department: string;
             };
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /**
-             * @description A generic empty message that you can re-use to avoid defining duplicated
-             *     empty messages in your APIs. A typical example is to use it as the request
-             *     or the response type of an API method. For instance:
-             *
-             *         service Foo {
-             *           rpc Bar(google.protobuf.Empty) returns (google.protobuf.Empty);
-             *         }
-             */
+            /** @description Deleted; the body is an empty JSON object. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -1243,21 +1425,59 @@ export interface operations {
                     "application/json": Record<string, never>;
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
+    UpdateDepartment: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Paths: displayName, quotaBudget (or quotaBudget.gpu, ...),
+                 *     adminGroups, in proto or JSON form. Empty or "*" = all.
+                 */
+                updateMask?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The department's id, e.g. `research`: the last segment of its resource name `departments/{department}`, not the whole name. */
+                department: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Department"];
+            };
+        };
+        responses: {
+            /** @description Department is the top of the quota hierarchy; it becomes a KAI parent queue. */
+            200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
+                    "application/json": components["schemas"]["Department"];
                 };
             };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    RequestService_ListRequests: {
+    ListRequests: {
         parameters: {
             query?: {
+                /** @description Default 50, at most 500. */
                 pageSize?: number;
+                /** @description The nextPageToken of the previous page. */
                 pageToken?: string;
                 /**
                  * @description Fields: state, team, department, kind, requester.
@@ -1277,23 +1497,21 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ListRequestsResponse"];
+                    "application/json": components["schemas"]["ListRequestsResponse"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            default: components["responses"]["Error"];
         };
     };
-    RequestService_CreateRequest: {
+    CreateRequest: {
         parameters: {
             query?: {
+                /**
+                 * @description Idempotency key: a retry with the same requestId returns the first
+                 *     result without writing again.
+                 */
                 requestId?: string;
             };
             header?: never;
@@ -1302,7 +1520,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["gpuplane.v1.Request"];
+                "application/json": components["schemas"]["Request"];
             };
         };
         responses: {
@@ -1312,26 +1530,24 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Request"];
+                    "application/json": components["schemas"]["Request"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    RequestService_GetRequest: {
+    GetRequest: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                name: string;
+                /** @description The request's id, e.g. `r3f9c2a7b1d0e4f68`: the last segment of its resource name `requests/{request}`, not the whole name. */
+                request: string;
             };
             cookie?: never;
         };
@@ -1343,35 +1559,28 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Request"];
+                    "application/json": components["schemas"]["Request"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
         };
     };
-    RequestService_ApproveRequest: {
+    ApproveRequest: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                name: string;
+                /** @description The request's id, e.g. `r3f9c2a7b1d0e4f68`: the last segment of its resource name `requests/{request}`, not the whole name. */
+                request: string;
             };
             cookie?: never;
         };
         requestBody: {
             content: {
-                "application/json": {
-                    etag?: string;
-                    reason?: string;
-                };
+                "application/json": components["schemas"]["ApproveRequestBody"];
             };
         };
         responses: {
@@ -1381,34 +1590,30 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Request"];
+                    "application/json": components["schemas"]["Request"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    RequestService_CancelRequest: {
+    CancelRequest: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                name: string;
+                /** @description The request's id, e.g. `r3f9c2a7b1d0e4f68`: the last segment of its resource name `requests/{request}`, not the whole name. */
+                request: string;
             };
             cookie?: never;
         };
         requestBody: {
             content: {
-                "application/json": {
-                    etag?: string;
-                };
+                "application/json": components["schemas"]["CancelRequestBody"];
             };
         };
         responses: {
@@ -1418,35 +1623,30 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Request"];
+                    "application/json": components["schemas"]["Request"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    RequestService_CheckFit_1: {
+    CheckRequestFit: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                /** @description requests/{request}; or leave empty and set request. */
-                name: string;
+                /** @description The request's id, e.g. `r3f9c2a7b1d0e4f68`: the last segment of its resource name `requests/{request}`, not the whole name. */
+                request: string;
             };
             cookie?: never;
         };
         requestBody: {
             content: {
-                "application/json": {
-                    request?: components["schemas"]["gpuplane.v1.Request"];
-                };
+                "application/json": components["schemas"]["CheckRequestFitBody"];
             };
         };
         responses: {
@@ -1456,35 +1656,28 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.FitResult"];
+                    "application/json": components["schemas"]["FitResult"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
         };
     };
-    RequestService_RejectRequest: {
+    RejectRequest: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                name: string;
+                /** @description The request's id, e.g. `r3f9c2a7b1d0e4f68`: the last segment of its resource name `requests/{request}`, not the whole name. */
+                request: string;
             };
             cookie?: never;
         };
         requestBody: {
             content: {
-                "application/json": {
-                    etag?: string;
-                    reason?: string;
-                };
+                "application/json": components["schemas"]["RejectRequestBody"];
             };
         };
         responses: {
@@ -1494,21 +1687,18 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Request"];
+                    "application/json": components["schemas"]["Request"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    RequestService_CheckFit: {
+    CheckFit: {
         parameters: {
             query?: never;
             header?: never;
@@ -1517,11 +1707,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": {
-                    /** @description requests/{request}; or leave empty and set request. */
-                    name?: string;
-                    request?: components["schemas"]["gpuplane.v1.Request"];
-                };
+                "application/json": components["schemas"]["CheckFitBody"];
             };
         };
         responses: {
@@ -1531,28 +1717,25 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.FitResult"];
+                    "application/json": components["schemas"]["FitResult"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
         };
     };
-    TeamService_ListTeams: {
+    ListTeams: {
         parameters: {
             query?: {
+                /** @description Default 50, at most 500. */
                 pageSize?: number;
+                /** @description The nextPageToken of the previous page. */
                 pageToken?: string;
                 /**
-                 * @description Fields: department, isolation_tier, display_name.
-                 *     Example: department = "departments/research" AND isolation_tier = SHARED
+                 * @description Fields: department, isolationTier, displayName.
+                 *     Example: department = "departments/research" AND isolationTier = SHARED
                  */
                 filter?: string;
             };
@@ -1568,24 +1751,23 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ListTeamsResponse"];
+                    "application/json": components["schemas"]["ListTeamsResponse"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            default: components["responses"]["Error"];
         };
     };
-    TeamService_CreateTeam: {
+    CreateTeam: {
         parameters: {
-            query?: {
-                teamId?: string;
+            query: {
+                /** @description The new team's id, a DNS-1123 label unique platform-wide. */
+                teamId: string;
+                /**
+                 * @description Idempotency key: a retry with the same requestId returns the first
+                 *     result without writing again.
+                 */
                 requestId?: string;
             };
             header?: never;
@@ -1594,7 +1776,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["gpuplane.v1.Team"];
+                "application/json": components["schemas"]["Team"];
             };
         };
         responses: {
@@ -1607,21 +1789,263 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Team"];
+                    "application/json": components["schemas"]["Team"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
+    GetTeam: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /**
+             * @description Team belongs to one department; it becomes a KAI parent queue whose
+             *     children are the team's virtual clusters.
+             */
+            200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
+                    "application/json": components["schemas"]["Team"];
                 };
             };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
         };
     };
-    MemberService_UpdateMember: {
+    DeleteTeam: {
+        parameters: {
+            query?: {
+                /** @description When set, must match the current etag. */
+                etag?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted; the body is an empty JSON object. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
+    UpdateTeam: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Paths: displayName, isolationTier, quota (or quota.gpu, ...),
+                 *     nodePool, in proto or JSON form. Empty or "*" = all.
+                 */
+                updateMask?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TeamUpdate"];
+            };
+        };
+        responses: {
+            /**
+             * @description Team belongs to one department; it becomes a KAI parent queue whose
+             *     children are the team's virtual clusters.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Team"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
+    ListMembers: {
+        parameters: {
+            query?: {
+                /** @description Default 50, at most 500. */
+                pageSize?: number;
+                /** @description The nextPageToken of the previous page. */
+                pageToken?: string;
+                /** @description Fields: role, user, group. */
+                filter?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListMembersResponse"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
+        };
+    };
+    CreateMember: {
+        parameters: {
+            query?: {
+                /**
+                 * @description The member's id, a DNS-1123 label; when empty the server derives one
+                 *     from the principal.
+                 */
+                memberId?: string;
+                /**
+                 * @description Idempotency key: a retry with the same requestId returns the first
+                 *     result without writing again.
+                 */
+                requestId?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Member"];
+            };
+        };
+        responses: {
+            /** @description Member binds a user or an OIDC group to a role on a team. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Member"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
+    GetMember: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+                /** @description The member's id, e.g. `bob`: the last segment of its resource name `teams/{team}/members/{member}`, not the whole name. */
+                member: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Member binds a user or an OIDC group to a role on a team. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Member"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
+        };
+    };
+    DeleteMember: {
+        parameters: {
+            query?: {
+                /** @description When set, must match the current etag. */
+                etag?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+                /** @description The member's id, e.g. `bob`: the last segment of its resource name `teams/{team}/members/{member}`, not the whole name. */
+                member: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted; the body is an empty JSON object. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
+    UpdateMember: {
         parameters: {
             query?: {
                 /** @description Paths: role. Empty or "*" = role. */
@@ -1629,16 +2053,16 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description teams/{team}/members/{member} */
-                "member.name": string;
-                /** @description teams/{team}/members/{member} */
-                "member.name_1": string;
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+                /** @description The member's id, e.g. `bob`: the last segment of its resource name `teams/{team}/members/{member}`, not the whole name. */
+                member: string;
             };
             cookie?: never;
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["gpuplane.v1.Member"];
+                "application/json": components["schemas"]["MemberUpdate"];
             };
         };
         responses: {
@@ -1648,176 +2072,60 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Member"];
+                    "application/json": components["schemas"]["Member"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    TeamService_GetTeam: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                name: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /**
-             * @description Team belongs to one department; it becomes a KAI parent queue whose
-             *     children are the team's virtual clusters.
-             */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Team"];
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    TeamService_DeleteTeam: {
+    ListVirtualClusters: {
         parameters: {
             query?: {
-                etag?: string;
+                /** @description Default 50, at most 500. */
+                pageSize?: number;
+                /** @description The nextPageToken of the previous page. */
+                pageToken?: string;
+                /** @description Fields: phase. */
+                filter?: string;
             };
             header?: never;
             path: {
-                name: string;
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. `-` stands for every team the caller can read. */
+                team: string;
             };
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /**
-             * @description A generic empty message that you can re-use to avoid defining duplicated
-             *     empty messages in your APIs. A typical example is to use it as the request
-             *     or the response type of an API method. For instance:
-             *
-             *         service Foo {
-             *           rpc Bar(google.protobuf.Empty) returns (google.protobuf.Empty);
-             *         }
-             */
+            /** @description A successful response. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["ListVirtualClustersResponse"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
         };
     };
-    MemberService_GetMember: {
+    GetVirtualCluster: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                name: string;
-                name_1: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Member binds a user or an OIDC group to a role on a team. */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Member"];
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    MemberService_DeleteMember: {
-        parameters: {
-            query?: {
-                etag?: string;
-            };
-            header?: never;
-            path: {
-                name: string;
-                name_1: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /**
-             * @description A generic empty message that you can re-use to avoid defining duplicated
-             *     empty messages in your APIs. A typical example is to use it as the request
-             *     or the response type of an API method. For instance:
-             *
-             *         service Foo {
-             *           rpc Bar(google.protobuf.Empty) returns (google.protobuf.Empty);
-             *         }
-             */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": Record<string, never>;
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    VirtualClusterService_GetVirtualCluster: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                name: string;
-                name_1: string;
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+                /** @description The virtual cluster's id, e.g. `ml-dev`: the last segment of its resource name `teams/{team}/virtualClusters/{virtualCluster}`, not the whole name. */
+                virtualCluster: string;
             };
             cookie?: never;
         };
@@ -1832,21 +2140,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.VirtualCluster"];
+                    "application/json": components["schemas"]["VirtualCluster"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
         };
     };
-    VirtualClusterService_GetVirtualClusterKubeconfig: {
+    GetVirtualClusterKubeconfig: {
         parameters: {
             query?: {
                 /** @description Platform admins only: the vCluster's own admin client certificate. */
@@ -1859,191 +2162,32 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description teams/{team}/virtualClusters/{virtual_cluster} */
-                name: string;
-                /** @description teams/{team}/virtualClusters/{virtual_cluster} */
-                name_1: string;
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+                /** @description The virtual cluster's id, e.g. `ml-dev`: the last segment of its resource name `teams/{team}/virtualClusters/{virtualCluster}`, not the whole name. */
+                virtualCluster: string;
             };
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description A successful response. */
+            /** @description VirtualClusterKubeconfig is a kubeconfig for one caller. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.VirtualClusterKubeconfig"];
+                    "application/json": components["schemas"]["VirtualClusterKubeconfig"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
         };
     };
-    MemberService_ListMembers: {
-        parameters: {
-            query?: {
-                pageSize?: number;
-                pageToken?: string;
-                /** @description Fields: role, user, group. */
-                filter?: string;
-            };
-            header?: never;
-            path: {
-                /** @description teams/{team} */
-                parent: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description A successful response. */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ListMembersResponse"];
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    MemberService_CreateMember: {
-        parameters: {
-            query?: {
-                /** @description DNS-1123 label; when empty the server derives one from the principal. */
-                memberId?: string;
-                requestId?: string;
-            };
-            header?: never;
-            path: {
-                parent: string;
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["gpuplane.v1.Member"];
-            };
-        };
-        responses: {
-            /** @description Member binds a user or an OIDC group to a role on a team. */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Member"];
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    VirtualClusterService_ListVirtualClusters: {
-        parameters: {
-            query?: {
-                pageSize?: number;
-                pageToken?: string;
-                /** @description Fields: phase. */
-                filter?: string;
-            };
-            header?: never;
-            path: {
-                /** @description teams/{team}, or teams/- for every team the caller can read. */
-                parent: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description A successful response. */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ListVirtualClustersResponse"];
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    TeamService_UpdateTeam: {
-        parameters: {
-            query?: {
-                /** @description Paths: display_name, isolation_tier, quota. Empty or "*" = all. */
-                updateMask?: string;
-            };
-            header?: never;
-            path: {
-                /** @description teams/{team}; the id is a DNS-1123 label, unique platform-wide. */
-                "team.name": string;
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["gpuplane.v1.Team"];
-            };
-        };
-        responses: {
-            /**
-             * @description Team belongs to one department; it becomes a KAI parent queue whose
-             *     children are the team's virtual clusters.
-             */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Team"];
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    IdentityService_GetCurrentUser: {
+    GetCurrentUser: {
         parameters: {
             query?: never;
             header?: never;
@@ -2052,24 +2196,17 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description A successful response. */
+            /** @description User is the caller as the server sees its token. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.User"];
+                    "application/json": components["schemas"]["User"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            401: components["responses"]["Unauthenticated"];
+            default: components["responses"]["Error"];
         };
     };
 }
