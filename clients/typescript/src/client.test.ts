@@ -85,7 +85,7 @@ describe('createGpuplaneClient', () => {
     const { fetch } = fakeFetch(() => json(400, status, { 'x-request-id': 'req-123' }));
     const client = createGpuplaneClient({ baseUrl: 'http://localhost:8080', fetch });
     const err = await unwrap(client.POST('/v1/requests', {
-        body: { team: 'teams/team-a', createVirtualCluster: { virtualClusterId: 'Bad_Id' } },
+        body: { team: 'teams/team-a', createVirtualCluster: { virtualClusterId: 'Bad_Id', spec: { quota: { gpu: '1' } } } },
       }),
     ).catch(e => e);
     expect(isGpuplaneError(err)).toBe(true);
