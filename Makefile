@@ -30,6 +30,8 @@ test-go: envtest
 	@# The SDK and the API package are their own modules (docs/api-conventions.md).
 	cd api && go vet ./...
 	cd pkg/client && go test $(GO_TEST_FLAGS) ./...
+	@# A client generated from api/openapi.yaml by oapi-codegen, against the server.
+	cd test/oapiclient && go test $(GO_TEST_FLAGS) ./...
 	@# vCluster's pod syncer, imported at the default chart version in its own
 	@# module (docs/vcluster-verification.md); first run builds vCluster's deps.
 	cd test/vclusterproof && go test $(GO_TEST_FLAGS) ./...
@@ -80,6 +82,7 @@ generate: tools
 	rm -rf api/gpuplane api/openapi
 	$(BIN)/buf generate
 	go run ./hack/openapimerge api/openapi/gpuplane/v1 api/openapi.yaml
+	cd test/oapiclient && go generate ./...
 	$(MAKE) generate-ts
 
 ## generate-ts: the TypeScript client's types from api/openapi.yaml (openapi-typescript)
@@ -88,8 +91,8 @@ generate-ts: node_modules/.package-lock.json
 
 ## check-generated: fail when committed generated code differs from proto/
 check-generated: generate
-	@if [ -n "$$(git status --porcelain -- api)" ]; then \
-		echo "generated code in api/ is stale; run 'make generate' and commit:"; git status --porcelain -- api; exit 1; fi
+	@if [ -n "$$(git status --porcelain -- api test/oapiclient)" ]; then \
+		echo "generated code in api/ or test/oapiclient is stale; run 'make generate' and commit:"; git status --porcelain -- api test/oapiclient; exit 1; fi
 
 ## check-generated-ts: fail when the TypeScript client's types differ from api/openapi.yaml
 check-generated-ts: generate-ts
@@ -115,6 +118,7 @@ lint: $(LINTER) check-tidy
 	go vet ./...
 	cd test/vclusterproof && go vet ./...
 	cd pkg/client && go vet ./...
+	cd test/oapiclient && go vet ./...
 	$(LINTER) run ./...
 	cd test/vclusterproof && $(LINTER) run ./...
 	cd pkg/client && $(LINTER) run ./...
@@ -122,7 +126,7 @@ lint: $(LINTER) check-tidy
 
 ## check-tidy: fail when go.mod/go.sum of any module differ from `go mod tidy`
 check-tidy:
-	@for m in . api pkg/client tools tools/lint test/vclusterproof; do \
+	@for m in . api pkg/client tools tools/lint test/vclusterproof test/oapiclient; do \
 		(cd $$m && go mod tidy -diff) || { echo "$$m: go.mod/go.sum are not tidy; run 'go mod tidy' there and commit"; exit 1; }; \
 	done
 

@@ -8,8 +8,11 @@ import (
 // shortSchemaNames maps the generator's component names (gpuplane.v1.Team,
 // gpuplane.v1.Request.State, google.rpc.Status) to short, stable ones
 // (Team, RequestState, Status): the package is the same for every schema,
-// and dotted names become awkward identifiers in generated clients. Two
-// schemas that would get one name are an error.
+// and dotted names become awkward identifiers in generated clients. A List
+// RPC's response is one page of the list (ListTeamsPage, not
+// ListTeamsResponse): generators name their own per-operation response
+// wrappers <operationId>Response (oapi-codegen does), and the proto's name
+// collides with them. Two schemas that would get one name are an error.
 func shortSchemaNames(schemas obj) (map[string]string, error) {
 	renames := map[string]string{}
 	taken := map[string]string{}
@@ -19,6 +22,9 @@ func shortSchemaNames(schemas obj) (map[string]string, error) {
 			if rest, ok := strings.CutPrefix(name, pkg); ok {
 				short = strings.ReplaceAll(rest, ".", "")
 			}
+		}
+		if strings.HasPrefix(short, "List") && strings.HasSuffix(short, "Response") {
+			short = strings.TrimSuffix(short, "Response") + "Page"
 		}
 		if prev, dup := taken[short]; dup {
 			return nil, fmt.Errorf("schemas %s and %s would both be named %s", prev, name, short)

@@ -644,39 +644,39 @@ export interface components {
          * @enum {string}
          */
         IsolationTier: "ISOLATION_TIER_UNSPECIFIED" | "SHARED" | "DEDICATED";
-        ListApprovalPoliciesResponse: {
+        ListApprovalPoliciesPage: {
             approvalPolicies: components["schemas"]["ApprovalPolicy"][];
             /** @description Empty on the last page. */
             nextPageToken: string;
         };
-        ListAuditEventsResponse: {
+        ListAuditEventsPage: {
             /** @description Newest first. */
             auditEvents: components["schemas"]["AuditEvent"][];
             /** @description Empty on the last page. */
             nextPageToken: string;
         };
-        ListDepartmentsResponse: {
+        ListDepartmentsPage: {
             departments: components["schemas"]["Department"][];
             /** @description Empty on the last page. */
             nextPageToken: string;
         };
-        ListMembersResponse: {
+        ListMembersPage: {
             members: components["schemas"]["Member"][];
             /** @description Empty on the last page. */
             nextPageToken: string;
         };
-        ListRequestsResponse: {
+        ListRequestsPage: {
             /** @description Empty on the last page. */
             nextPageToken: string;
             /** @description Newest first. */
             requests: components["schemas"]["Request"][];
         };
-        ListTeamsResponse: {
+        ListTeamsPage: {
             /** @description Empty on the last page. */
             nextPageToken: string;
             teams: components["schemas"]["Team"][];
         };
-        ListVirtualClustersResponse: {
+        ListVirtualClustersPage: {
             /** @description Empty on the last page. */
             nextPageToken: string;
             virtualClusters: components["schemas"]["VirtualCluster"][];
@@ -1115,7 +1115,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ListApprovalPoliciesResponse"];
+                    "application/json": components["schemas"]["ListApprovalPoliciesPage"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -1298,7 +1298,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ListAuditEventsResponse"];
+                    "application/json": components["schemas"]["ListAuditEventsPage"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -1328,7 +1328,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ListDepartmentsResponse"];
+                    "application/json": components["schemas"]["ListDepartmentsPage"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -1497,7 +1497,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ListRequestsResponse"];
+                    "application/json": components["schemas"]["ListRequestsPage"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -1751,7 +1751,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ListTeamsResponse"];
+                    "application/json": components["schemas"]["ListTeamsPage"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -1929,7 +1929,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ListMembersResponse"];
+                    "application/json": components["schemas"]["ListMembersPage"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -2108,7 +2108,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["ListVirtualClustersResponse"];
+                    "application/json": components["schemas"]["ListVirtualClustersPage"];
                 };
             };
             400: components["responses"]["BadRequest"];
