@@ -7,7 +7,7 @@ TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc
 LINTER := $(BIN)/golangci-lint
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
-.PHONY: run test test-go test-portal test-unit build generate generate-ts check-generated check-generated-ts lint lint-portal lint-openapi check-tidy check-deps buf-breaking tools envtest bench fuzz clean
+.PHONY: run test test-go test-readme test-portal test-unit build generate generate-ts check-generated check-generated-ts lint lint-portal lint-openapi check-tidy check-deps buf-breaking tools envtest bench fuzz clean
 
 # The dev-mode command. `make run` and the browser test (hack/test-portal.sh)
 # both start it from here, so moving it is a one-line change.
@@ -23,7 +23,7 @@ run: envtest
 
 ## test: all tests against real PostgreSQL, a real kube-apiserver and a real OIDC issuer,
 ## then the TypeScript client's and Backstage plugin's tests, in a real browser too
-test: test-go test-portal
+test: test-go test-portal test-readme
 
 test-go: envtest
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test $(GO_TEST_FLAGS) ./...
@@ -40,6 +40,10 @@ test-go: envtest
 ## tests that need envtest skip under -short and run in `make test`
 test-unit:
 	go test -short $(GO_TEST_FLAGS) ./...
+
+## test-readme: README.md's walkthrough (blocks marked readme-test) against dev mode on free ports; every `# ->` checked
+test-readme: envtest
+	DEV_MAIN="$(DEV_MAIN)" DEV_ARGS="$(DEV_ARGS)" hack/test-readme.sh
 
 ## test-portal: Jest unit tests, then Playwright in Debian's chromium against dev mode on free ports
 test-portal: envtest node_modules/.package-lock.json
