@@ -31,6 +31,6 @@ func main() { cli.RunNoErrOutput(cmd.NewDefaultKubectlCommand()) }
 GO
 go get "k8s.io/kubectl@v0.${K8S_VERSION#1.}" >&2
 go mod tidy >&2
-go build -o "$BIN/kubectl.tmp" .
+go build -ldflags "-X k8s.io/component-base/version.gitVersion=v$K8S_VERSION" -o "$BIN/kubectl.tmp" .
 mv "$BIN/kubectl.tmp" "$BIN/kubectl"
 echo "$BIN/kubectl"
