@@ -17,11 +17,6 @@ import (
 // quantities accepted, every error a google.rpc.Status with an ErrorInfo,
 // and every answer the document's.
 
-func restViolations(t *testing.T, r apptest.Response) map[string]string {
-	t.Helper()
-	return apiViolations(t, apiRESTStatus(t, r))
-}
-
 func TestRESTZeroValuesArePresent(t *testing.T) {
 	t.Parallel()
 	e := apptest.Start(t, apptest.Options{Seed: true})

@@ -58,7 +58,10 @@ func TestItemsIteratesEveryPage(t *testing.T) {
 
 	// Breaking out fetches no further page.
 	calls = 0
-	for range client.Items(ctx, list, req, (*pb.ListMembersResponse).GetMembers) {
+	for _, err := range client.Items(ctx, list, req, (*pb.ListMembersResponse).GetMembers) {
+		if err != nil {
+			t.Fatal(err)
+		}
 		break
 	}
 	if calls != 1 {

@@ -66,30 +66,37 @@ func listAndAsk(ctx context.Context) error {
 // Ask for a virtual cluster and wait until it is READY, as
 // `gpuplanectl request vcluster --wait` does.
 func ExampleClient_WaitForVirtualCluster() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	if err := askAndWait(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func askAndWait(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	c, err := client.New(ctx, client.Config{Address: "localhost:9090", Insecure: true, TokenFunc: client.StaticToken(os.Getenv("GPUPLANE_TOKEN"))})
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer c.Close()
 	r, err := c.Requests.CreateRequest(ctx, &pb.CreateRequestRequest{Request: &pb.Request{Team: "teams/team-a",
 		Payload: &pb.Request_CreateVirtualCluster{CreateVirtualCluster: &pb.CreateVirtualClusterPayload{
 			VirtualClusterId: "ml-dev", Spec: &pb.VirtualClusterSpec{Quota: &pb.Quota{Gpu: "1", Cpu: proto.String("8"), Memory: proto.String("32Gi")}}}}}})
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	vc, err := c.WaitForVirtualCluster(ctx, r.GetCreateVirtualCluster().GetVirtualCluster(), client.WaitOptions{
 		Progress: func(vc *pb.VirtualCluster) { fmt.Println(vc.GetStatus().GetPhase()) },
 	})
 	var notReachable *client.NotReachableError
-	switch {
-	case errors.As(err, &notReachable):
-		log.Fatalf("it will not be READY: %v", notReachable) // rejected, failed or deleted
-	case err != nil:
-		log.Fatal(err)
+	if errors.As(err, &notReachable) {
+		return fmt.Errorf("it will not be READY: %w", err) // rejected, failed or deleted
+	}
+	if err != nil {
+		return err
 	}
 	fmt.Println(vc.GetStatus().GetEndpoint())
+	return nil
 }
 
 // An OIDC token source (e.g. from golang.org/x/oauth2 after a login)

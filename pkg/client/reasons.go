@@ -55,35 +55,35 @@ func Code(err error) codes.Code {
 // reason.
 func HasReason(err error, reason string) bool { return err != nil && Reason(err) == reason }
 
-// IsNotFound: the object does not exist, or the caller may not see it
+// IsNotFound reports whether err says: the object does not exist, or the caller may not see it
 // (gpuplane answers both alike so as not to reveal other teams' objects).
 func IsNotFound(err error) bool { return Code(err) == codes.NotFound }
 
-// IsAlreadyExists: an object with that id exists.
+// IsAlreadyExists reports whether err says: an object with that id exists.
 func IsAlreadyExists(err error) bool { return Code(err) == codes.AlreadyExists }
 
-// IsInvalidArgument: the request is malformed; Error.Violations name the
+// IsInvalidArgument reports whether err says: the request is malformed; Error.Violations name the
 // fields.
 func IsInvalidArgument(err error) bool { return Code(err) == codes.InvalidArgument }
 
-// IsPermissionDenied: the caller may see the object but not change it.
+// IsPermissionDenied reports whether err says: the caller may see the object but not change it.
 func IsPermissionDenied(err error) bool { return Code(err) == codes.PermissionDenied }
 
-// IsUnauthenticated: no token, or one the server does not accept.
+// IsUnauthenticated reports whether err says: no token, or one the server does not accept.
 func IsUnauthenticated(err error) bool { return Code(err) == codes.Unauthenticated }
 
-// IsQuotaExceeded: the ask does not fit a team's, department's or node
+// IsQuotaExceeded reports whether err says: the ask does not fit a team's, department's or node
 // pool's quota; Error.Metadata says where and by how much.
 func IsQuotaExceeded(err error) bool { return HasReason(err, ReasonQuotaExceeded) }
 
-// IsEtagMismatch: the object changed since it was read; read it again.
+// IsEtagMismatch reports whether err says: the object changed since it was read; read it again.
 func IsEtagMismatch(err error) bool { return HasReason(err, ReasonEtagMismatch) }
 
-// IsInvalidStateTransition: the request is no longer in a state that
+// IsInvalidStateTransition reports whether err says: the request is no longer in a state that
 // allows the call (approving a cancelled request, ...).
 func IsInvalidStateTransition(err error) bool { return HasReason(err, ReasonInvalidStateTransition) }
 
-// IsUnavailable: the server (or its database or identity provider) is
+// IsUnavailable reports whether err says: the server (or its database or identity provider) is
 // unavailable for now; retry later (Error carries a RetryInfo delay when
 // the server knows one).
 func IsUnavailable(err error) bool { return Code(err) == codes.Unavailable }

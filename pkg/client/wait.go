@@ -24,7 +24,7 @@ func (o WaitOptions) interval() time.Duration {
 	return o.PollInterval
 }
 
-// NotReachableError: the awaited phase or state can no longer come
+// NotReachableError says the awaited phase or state can no longer come
 // (the virtual cluster FAILED or was deleted, its request was rejected).
 type NotReachableError struct {
 	// Name of the virtual cluster or request.
