@@ -109,7 +109,12 @@ spec:
                       interval: {type: string, pattern: '^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$'}
                       scrapeTimeout: {type: string, pattern: '^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$'}
                       honorLabels: {type: boolean}
-                      relabelings:
+                      relabelings: ` + relabelConfigs + `
+                      metricRelabelings: ` + relabelConfigs + "\n"
+
+// relabelConfigs is the schema of a Prometheus relabel_config list, for
+// both relabelings and metricRelabelings.
+const relabelConfigs = `
                         type: array
                         items:
                           type: object
@@ -120,20 +125,7 @@ spec:
                             regex: {type: string}
                             modulus: {type: integer}
                             replacement: {type: string}
-                            action: {type: string, enum: [replace, keep, drop, keepequal, dropequal, hashmod, labelmap, labeldrop, labelkeep, lowercase, uppercase]}
-                      metricRelabelings:
-                        type: array
-                        items:
-                          type: object
-                          properties:
-                            sourceLabels: {type: array, items: {type: string}}
-                            separator: {type: string}
-                            targetLabel: {type: string}
-                            regex: {type: string}
-                            modulus: {type: integer}
-                            replacement: {type: string}
-                            action: {type: string, enum: [replace, keep, drop, keepequal, dropequal, hashmod, labelmap, labeldrop, labelkeep, lowercase, uppercase]}
-`
+                            action: {type: string, enum: [replace, keep, drop, keepequal, dropequal, hashmod, labelmap, labeldrop, labelkeep, lowercase, uppercase]}`
 
 // startAPIServer fails (never skips) without the envtest binaries.
 func startAPIServer(t *testing.T) *envtestenv.Env {

@@ -2,7 +2,8 @@ package main
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -16,12 +17,7 @@ import (
 //     update: such a body becomes <Resource>Update, the same properties with
 //     nothing required (the fields present, or updateMask, say what changes).
 func nameBodies(paths, schemas obj) error {
-	keys := make([]string, 0, len(paths))
-	for p := range paths {
-		keys = append(keys, p)
-	}
-	sort.Strings(keys)
-	for _, p := range keys {
+	for _, p := range slices.Sorted(maps.Keys(paths)) {
 		for method, op := range paths[p].(obj) {
 			o := op.(obj)
 			rb, ok := o["requestBody"].(obj)

@@ -20,8 +20,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 
 	"sigs.k8s.io/yaml"
@@ -126,11 +128,7 @@ func build(docs [][]byte) (obj, error) {
 	responses = rewriteRefs(responses, renames).(obj)
 	schemas = renameSchemas(schemas, renames)
 
-	tagNames := make([]string, 0, len(tags))
-	for n := range tags {
-		tagNames = append(tagNames, n)
-	}
-	sort.Strings(tagNames)
+	tagNames := slices.Sorted(maps.Keys(tags))
 	tagList := make([]any, 0, len(tagNames))
 	for _, n := range tagNames {
 		tagList = append(tagList, tags[n])

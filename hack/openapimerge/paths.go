@@ -2,8 +2,9 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"unicode"
 )
@@ -135,12 +136,7 @@ var generatedID = regexp.MustCompile(`^[A-Za-z]+Service_([A-Za-z]+)(_\d+)?$`)
 // services, and generated clients name their methods after them.
 func renameOperations(paths obj) error {
 	seen := map[string]string{}
-	keys := make([]string, 0, len(paths))
-	for p := range paths {
-		keys = append(keys, p)
-	}
-	sort.Strings(keys)
-	for _, p := range keys {
+	for _, p := range slices.Sorted(maps.Keys(paths)) {
 		for method, op := range paths[p].(obj) {
 			o := op.(obj)
 			id, _ := o["operationId"].(string)
