@@ -1,10 +1,10 @@
 /**
  * The one place the plugin touches the generated OpenAPI types.
  *
- * Schema names, path parameters and field behaviour (required, read-only)
- * of api/openapi.yaml are due to change; when they do, `make generate-ts`
- * rewrites @gpuplane/client's schema and the edits stay in this module and
- * in GpuplaneClient.ts (the request paths), nowhere else.
+ * When schema names, path parameters or field behaviour (required,
+ * read-only) of api/openapi.yaml change, `make generate-ts` rewrites
+ * @gpuplane/client's schema and the edits stay in this module and in
+ * GpuplaneClient.ts (the request paths), nowhere else.
  */
 import type { Schema, SchemaInput } from '@gpuplane/client';
 
@@ -63,9 +63,11 @@ export function askToRequest(ask: VirtualClusterAsk): SchemaInput<'Request'> {
 }
 
 /**
- * Where the API reports a violation of each form field. Paths are compared
- * after normalization (leading "request." dropped, snake_case -> camelCase),
- * so both today's proto-style paths and JSON-style ones match.
+ * Where the API reports a violation of each form field. The REST API names
+ * fields by JSON path (request.createVirtualCluster.spec.quota.cpuMillis);
+ * paths are compared after normalization (leading "request." dropped,
+ * snake_case -> camelCase), so a proto-style path from an older server
+ * matches too.
  */
 export const askFieldPaths: Record<string, AskField> = {
   'createVirtualCluster.virtualClusterId': 'virtualClusterId',
