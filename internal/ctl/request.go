@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
@@ -368,94 +366,48 @@ func progressLine(vc *pb.VirtualCluster) string {
 }
 
 // waitReady polls the virtual cluster (and, while it waits for approval,
-// its request) and prints a line whenever something changes, until it is
-// READY, fails, or the timeout passes.
+// its request) with the SDK's WaitForVirtualCluster and prints a line
+// whenever something changes, until it is READY, fails, or the timeout
+// passes.
 func (c *cli) waitReady(ctx context.Context, api *client.Client, vcName, reqName string, w waitFlags) error {
 	start := c.opts.Now()
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
-	last := ""
-	var vc *pb.VirtualCluster
-	for {
-		cctx, ccancel := c.call(ctx)
-		got, err := api.VirtualClusters.GetVirtualCluster(cctx, &pb.GetVirtualClusterRequest{Name: vcName})
-		ccancel()
-		if err == nil {
-			vc = got
-		}
-		if err != nil {
-			// gRPC may report the overall deadline a moment before ctx does.
-			if dl, ok := ctx.Deadline(); ok && status.Code(err) == codes.DeadlineExceeded && time.Until(dl) < 100*time.Millisecond {
-				<-ctx.Done()
-			}
-			if ctx.Err() == nil {
-				return err
-			}
-		}
-		if err == nil {
-			if line := progressLine(vc); line != last {
-				fmt.Fprintf(c.stdout(), "[%4.1fs] %s\n", c.opts.Now().Sub(start).Seconds(), line)
-				last = line
-			}
-			st := vc.GetStatus()
-			switch st.GetPhase() {
-			case pb.VirtualClusterStatus_READY:
-				fmt.Fprintf(c.stdout(), "%s is READY. Use it: gpuplanectl kubeconfig %s --merge\n", vcName, lastSegment(vcName))
-				return nil
-			case pb.VirtualClusterStatus_FAILED:
-				return fmt.Errorf("%s FAILED: %s", vcName, orDash(st.GetMessage()))
-			case pb.VirtualClusterStatus_REJECTED, pb.VirtualClusterStatus_DELETING, pb.VirtualClusterStatus_DELETED:
-				return c.requestOutcome(ctx, api, vcName, reqName, st)
-			case pb.VirtualClusterStatus_PENDING_APPROVAL:
-				if err := c.requestOutcome(ctx, api, vcName, reqName, st); err != nil {
-					return err
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				where := "not found yet"
-				if vc != nil {
-					where = "still " + vc.GetStatus().GetPhase().String()
-					if m := vc.GetStatus().GetMessage(); m != "" {
-						where += ": " + m
-					}
-				}
-				return fmt.Errorf("timed out after %s waiting for %s to be READY (%s)", w.timeout, vcName, where)
-			}
-			return ctx.Err()
-		case <-time.After(w.poll):
-		}
-	}
-}
-
-// requestOutcome explains a virtual cluster that will not become READY
-// because its request was rejected or cancelled; nil while still pending.
-func (c *cli) requestOutcome(ctx context.Context, api *client.Client, vcName, reqName string, st *pb.VirtualClusterStatus) error {
-	if reqName != "" {
-		cctx, cancel := c.call(ctx)
-		r, err := api.Requests.GetRequest(cctx, &pb.GetRequestRequest{Name: reqName})
-		cancel()
-		if err == nil {
-			switch r.GetState() {
-			case pb.Request_REJECTED, pb.Request_CANCELLED, pb.Request_FAILED:
-				why := r.GetDecisionReason()
-				if r.GetState() == pb.Request_FAILED {
-					why = r.GetFailureMessage()
-				}
-				by := ""
-				if r.GetDecider() != "" {
-					by = " by " + r.GetDecider()
-				}
-				return fmt.Errorf("%s was %s%s: %s", reqName, r.GetState(), by, orDash(why))
-			}
-		}
-	}
-	if st.GetPhase() == pb.VirtualClusterStatus_PENDING_APPROVAL {
+	var last *pb.VirtualCluster
+	_, err := api.WaitForVirtualCluster(ctx, vcName, client.WaitOptions{
+		PollInterval: w.poll,
+		Request:      reqName,
+		Progress: func(vc *pb.VirtualCluster) {
+			last = vc
+			fmt.Fprintf(c.stdout(), "[%4.1fs] %s\n", c.opts.Now().Sub(start).Seconds(), progressLine(vc))
+		},
+	})
+	var nr *client.NotReachableError
+	switch {
+	case err == nil:
+		fmt.Fprintf(c.stdout(), "%s is READY. Use it: gpuplanectl kubeconfig %s --merge\n", vcName, lastSegment(vcName))
 		return nil
+	case errors.As(err, &nr) && nr.Name == vcName && nr.State == pb.VirtualClusterStatus_FAILED.String():
+		return fmt.Errorf("%s FAILED: %s", vcName, orDash(nr.Message))
+	case errors.As(err, &nr) && nr.Name == reqName:
+		by := ""
+		if nr.Decider != "" {
+			by = " by " + nr.Decider
+		}
+		return fmt.Errorf("%s was %s%s: %s", reqName, nr.State, by, orDash(nr.Message))
+	case errors.As(err, &nr):
+		return fmt.Errorf("%s is %s: %s", vcName, nr.State, orDash(nr.Message))
+	case errors.Is(err, context.DeadlineExceeded):
+		where := "not found yet"
+		if last != nil {
+			where = "still " + last.GetStatus().GetPhase().String()
+			if m := last.GetStatus().GetMessage(); m != "" {
+				where += ": " + m
+			}
+		}
+		return fmt.Errorf("timed out after %s waiting for %s to be READY (%s)", w.timeout, vcName, where)
 	}
-	return fmt.Errorf("%s is %s: %s", vcName, st.GetPhase(), orDash(st.GetMessage()))
+	return err
 }
 
 // ---------------------------------------------------------------- decide

@@ -135,6 +135,12 @@ func TestWaitHelpers(t *testing.T) {
 	if !errors.As(err, &nr) || nr.State != "REJECTED" {
 		t.Errorf("WaitForVirtualCluster after reject: %v", err)
 	}
+	// Told the request, the wait explains with its decision.
+	_, err = bob.WaitForVirtualCluster(ctx, vcName, client.WaitOptions{PollInterval: 20 * time.Millisecond, Request: r.GetName()})
+	if !errors.As(err, &nr) || nr.Name != r.GetName() || nr.Decider != "user-alice" ||
+		err.Error() != r.GetName()+" is REJECTED by user-alice: use the shared pool" {
+		t.Errorf("WaitForVirtualCluster with its request after reject: %v", err)
+	}
 
 	_, err = bob.WaitForRequest(ctx, "requests/nope", client.WaitOptions{})
 	if !client.IsNotFound(err) || client.IsQuotaExceeded(err) {

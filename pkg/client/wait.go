@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 )
 
@@ -12,9 +14,16 @@ import (
 type WaitOptions struct {
 	// PollInterval is how often to look; default one second.
 	PollInterval time.Duration
-	// Progress, when set, is called with every state that differs from
-	// the previous one (what `gpuplanectl request --wait` prints).
+	// Progress, when set, is called with every state whose phase or
+	// conditions differ from the previous one (what `gpuplanectl request
+	// --wait` prints).
 	Progress func(vc *pb.VirtualCluster)
+	// Request, for WaitForVirtualCluster: the name of the request that
+	// creates or changes the virtual cluster. While the virtual cluster
+	// waits for approval, a request that was rejected, cancelled or failed
+	// ends the wait, and its decision explains a virtual cluster that will
+	// not come.
+	Request string
 }
 
 func (o WaitOptions) interval() time.Duration {
@@ -33,6 +42,8 @@ type NotReachableError struct {
 	State string
 	// Why, from status.message, decisionReason or failureMessage.
 	Message string
+	// Decider of a rejected or cancelled request.
+	Decider string
 }
 
 func (e *NotReachableError) Error() string {
@@ -40,7 +51,11 @@ func (e *NotReachableError) Error() string {
 	if msg == "" {
 		msg = "-"
 	}
-	return fmt.Sprintf("%s is %s: %s", e.Name, e.State, msg)
+	by := ""
+	if e.Decider != "" {
+		by = " by " + e.Decider
+	}
+	return fmt.Sprintf("%s is %s%s: %s", e.Name, e.State, by, msg)
 }
 
 // WaitForVirtualCluster polls a virtual cluster until its phase is one of
@@ -61,10 +76,7 @@ func (c *Client) WaitForVirtualCluster(ctx context.Context, name string, opts Wa
 	for {
 		vc, err := c.VirtualClusters.GetVirtualCluster(ctx, &pb.GetVirtualClusterRequest{Name: name})
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, err
+			return nil, ctxErr(ctx, err)
 		}
 		if opts.Progress != nil {
 			if seen := progressKey(vc); seen != last {
@@ -77,9 +89,17 @@ func (c *Client) WaitForVirtualCluster(ctx context.Context, name string, opts Wa
 			return vc, nil
 		}
 		switch phase {
-		case pb.VirtualClusterStatus_FAILED, pb.VirtualClusterStatus_REJECTED,
-			pb.VirtualClusterStatus_DELETING, pb.VirtualClusterStatus_DELETED:
+		case pb.VirtualClusterStatus_FAILED:
 			return vc, &NotReachableError{Name: name, State: phase.String(), Message: vc.GetStatus().GetMessage()}
+		case pb.VirtualClusterStatus_REJECTED, pb.VirtualClusterStatus_DELETING, pb.VirtualClusterStatus_DELETED:
+			if err := c.requestOutcome(ctx, opts.Request); err != nil {
+				return vc, err
+			}
+			return vc, &NotReachableError{Name: name, State: phase.String(), Message: vc.GetStatus().GetMessage()}
+		case pb.VirtualClusterStatus_PENDING_APPROVAL:
+			if err := c.requestOutcome(ctx, opts.Request); err != nil {
+				return vc, err
+			}
 		}
 		if err := sleep(ctx, opts.interval()); err != nil {
 			return vc, err
@@ -87,10 +107,44 @@ func (c *Client) WaitForVirtualCluster(ctx context.Context, name string, opts Wa
 	}
 }
 
+// requestOutcome is a *NotReachableError when the request (if any) was
+// rejected, cancelled or failed; nil otherwise, and when it cannot be read
+// (the virtual cluster's own state then speaks).
+func (c *Client) requestOutcome(ctx context.Context, name string) error {
+	if name == "" {
+		return nil
+	}
+	r, err := c.Requests.GetRequest(ctx, &pb.GetRequestRequest{Name: name})
+	if err != nil || !IsFinal(r.GetState()) || r.GetState() == pb.Request_APPLIED {
+		return nil
+	}
+	return requestNotReachable(name, r)
+}
+
+func requestNotReachable(name string, r *pb.Request) *NotReachableError {
+	why := r.GetDecisionReason()
+	if r.GetState() == pb.Request_FAILED {
+		why = r.GetFailureMessage()
+	}
+	return &NotReachableError{Name: name, State: r.GetState().String(), Message: why, Decider: r.GetDecider()}
+}
+
+// ctxErr is ctx's error when ctx has ended, else err. gRPC may report an
+// expiring deadline a moment before ctx does; that, too, is the deadline.
+func ctxErr(ctx context.Context, err error) error {
+	if dl, ok := ctx.Deadline(); ok && Code(err) == codes.DeadlineExceeded && time.Until(dl) < 100*time.Millisecond {
+		<-ctx.Done()
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
 // progressKey changes whenever the phase or a condition changes.
 func progressKey(vc *pb.VirtualCluster) string {
 	st := vc.GetStatus()
-	key := st.GetPhase().String() + "|" + st.GetMessage()
+	key := st.GetPhase().String()
 	for _, c := range st.GetConditions() {
 		key += "|" + c.GetType() + "=" + c.GetStatus().String()
 	}
@@ -115,20 +169,13 @@ func (c *Client) WaitForRequest(ctx context.Context, name string, opts WaitOptio
 	for {
 		r, err := c.Requests.GetRequest(ctx, &pb.GetRequestRequest{Name: name})
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, err
+			return nil, ctxErr(ctx, err)
 		}
 		if IsFinal(r.GetState()) {
 			if r.GetState() == pb.Request_APPLIED {
 				return r, nil
 			}
-			why := r.GetDecisionReason()
-			if r.GetState() == pb.Request_FAILED {
-				why = r.GetFailureMessage()
-			}
-			return r, &NotReachableError{Name: name, State: r.GetState().String(), Message: why}
+			return r, requestNotReachable(name, r)
 		}
 		if err := sleep(ctx, opts.interval()); err != nil {
 			return r, err
