@@ -58,6 +58,7 @@ type App struct {
 	API      *api.API
 	Host     *hostcluster.Client // nil without a host cluster
 	Worker   *reconcile.Worker   // nil unless cfg.RunWorker
+	feed     *feed
 	closers  []func()
 }
 
@@ -101,7 +102,10 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
 	a.closers = append(a.closers, a.pool.Close)
-	a.db = store.New(a.pool)
+	if a.feed, err = newFeed(a.pool, cfg, a.log, true); err != nil {
+		return nil, err
+	}
+	a.db = a.feed.db
 	reg := newRegistry(a.db, a.log)
 	reg.MustRegister(stateCollectors(a.db, a.log)...)
 
@@ -193,7 +197,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 		kubeconfigs = a.Host
 	}
 	a.API = api.New(api.Deps{DB: a.db, Tenancy: a.Tenancy, Requests: a.Requests, PlatformAdminGroups: cfg.AdminGroups(),
-		Kubeconfigs: kubeconfigs, APIEndpoint: apiEndpoint, Log: a.log})
+		Kubeconfigs: kubeconfigs, APIEndpoint: apiEndpoint, Log: a.log,
+		Events: a.feed.hub, WatchHeartbeat: cfg.WatchHeartbeat, Webhooks: api.WebhookDeps{URLs: a.feed.urls}})
 	a.server, err = server.New(ctx, server.Config{
 		GRPCAddr: cfg.GRPCAddr, GRPCListener: grpcLis, HTTPAddr: cfg.HTTPAddr, Logger: a.log, Auth: verifier, Registry: reg,
 		TracerProvider: tp, CORS: cors, Ready: a.ready,
@@ -206,6 +211,8 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 			VirtualCluster: &api.VirtualClusters{API: a.API},
 			Requests:       &api.Requests{API: a.API},
 			Policies:       &api.Policies{API: a.API},
+			Watch:          &api.Watches{API: a.API},
+			Webhooks:       &api.Webhooks{API: a.API},
 		},
 	})
 	if err != nil {
@@ -236,6 +243,10 @@ func (a *App) GRPCAddr() string { return a.server.GRPCAddr() }
 // HTTPAddr is the bound HTTP address.
 func (a *App) HTTPAddr() string { return a.server.HTTPAddr() }
 
+// DB is the store; its commits wake the event sequencer (tests that play
+// the worker write through it).
+func (a *App) DB() *store.DB { return a.db }
+
 // Pool is the database pool (tests and dev seeding).
 func (a *App) Pool() *pgxpool.Pool { return a.pool }
 
@@ -244,6 +255,8 @@ func (a *App) Pool() *pgxpool.Pool { return a.pool }
 func (a *App) Run(ctx context.Context) error {
 	defer a.close()
 	errc := make(chan error, 1)
+	a.feed.start(ctx)
+	defer a.feed.shutdown()
 	go func() { errc <- a.server.Serve() }()
 	if a.cfg.ExpiryInterval > 0 {
 		go a.expiryLoop(ctx)
@@ -265,6 +278,9 @@ func (a *App) Run(ctx context.Context) error {
 	a.log.Info("shutting down", "deadline", a.cfg.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 	defer cancel()
+	// Watches end first, each telling its client where to resume; a
+	// graceful stop would otherwise wait for them until the deadline.
+	a.feed.closeWatches()
 	err := a.server.Shutdown(sctx)
 	if serr := <-errc; err == nil {
 		err = serr

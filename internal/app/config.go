@@ -83,6 +83,20 @@ type Config struct {
 	OIDCUsernamePrefix string `flag:"vcluster-oidc-username-prefix" help:"prefix of OIDC user names inside virtual clusters (empty: none)"`
 	OIDCGroupsPrefix   string `flag:"vcluster-oidc-groups-prefix" help:"prefix of OIDC group names inside virtual clusters (empty: none; keeps a groups claim such as system:masters powerless)"`
 
+	// The change feed and its consumers (issue 13; internal/app/events.go).
+	EventRetention         time.Duration `flag:"event-retention" help:"how long events are kept for watches to resume from (0: forever); older resume positions must re-list"`
+	WatchMaxPerUser        int           `flag:"watch-max-per-user" help:"open watches one user may hold on this server"`
+	WatchHeartbeat         time.Duration `flag:"watch-heartbeat" help:"how often an idle watch sends a heartbeat (keeps proxies from closing it)"`
+	RunWebhooks            bool          `flag:"run-webhooks" help:"this process delivers webhooks (any number of processes may; they share the work through leases)"`
+	WebhookHTTPHosts       string        `flag:"webhook-http-hosts" help:"comma-separated hosts webhooks may call over plain http (dev: localhost); others need https"`
+	WebhookAllowedCIDRs    string        `flag:"webhook-allowed-cidrs" help:"comma-separated non-public ranges webhooks may call anyway (e.g. 10.20.0.0/16); loopback, link-local, metadata and private ranges are refused otherwise"`
+	WebhookDisableAfter    int           `flag:"webhook-disable-after" help:"failed deliveries in a row after which a subscription is disabled (-1: never)"`
+	WebhookMaxAttempts     int           `flag:"webhook-max-attempts" help:"attempts of one delivery before it is FAILED"`
+	WebhookBackoffBase     time.Duration `flag:"webhook-backoff-base" help:"first retry delay of a failed delivery; doubled per attempt up to --webhook-backoff-max"`
+	WebhookBackoffMax      time.Duration `flag:"webhook-backoff-max" help:"longest retry delay of a failed delivery"`
+	WebhookTimeout         time.Duration `flag:"webhook-timeout" help:"time limit of one delivery attempt"`
+	WebhookDeliveryHistory time.Duration `flag:"webhook-delivery-history" help:"how long finished deliveries stay in the delivery log"`
+
 	ExpiryInterval  time.Duration `flag:"expiry-interval" help:"how often expired virtual clusters get delete requests (0 = never)"`
 	ShutdownTimeout time.Duration `flag:"shutdown-timeout" help:"graceful stop deadline"`
 	LogFormat       string        `flag:"log-format" help:"text or json"`
@@ -120,6 +134,16 @@ func Defaults() Config {
 		DedicatedPreemptibility:  "preemptible,non-preemptible",
 		OIDCUsernamePrefix:       "oidc:",
 		OIDCGroupsPrefix:         "oidc:",
+		EventRetention:           7 * 24 * time.Hour,
+		WatchMaxPerUser:          16,
+		WatchHeartbeat:           15 * time.Second,
+		RunWebhooks:              true,
+		WebhookDisableAfter:      15,
+		WebhookMaxAttempts:       12,
+		WebhookBackoffBase:       5 * time.Second,
+		WebhookBackoffMax:        time.Hour,
+		WebhookTimeout:           10 * time.Second,
+		WebhookDeliveryHistory:   7 * 24 * time.Hour,
 		ExpiryInterval:           time.Minute,
 		ShutdownTimeout:          20 * time.Second,
 		LogFormat:                "json",

@@ -24,6 +24,7 @@ type WorkerProcess struct {
 	Worker  *reconcile.Worker
 	metrics *http.Server
 	lis     net.Listener
+	feed    *feed
 	closers []func()
 }
 
@@ -66,7 +67,10 @@ func NewWorker(ctx context.Context, cfg Config, opts Options) (_ *WorkerProcess,
 	if err != nil {
 		return nil, err
 	}
-	db := store.New(pool)
+	if p.feed, err = newFeed(pool, cfg, p.log, false); err != nil {
+		return nil, err
+	}
+	db := p.feed.db
 	reg := newRegistry(db, p.log)
 	p.Worker = reconcile.New(db, host, p.log, reconcile.Config{Concurrency: cfg.WorkerConcurrency, Resync: cfg.ResyncInterval,
 		Metrics: reg, TracerProvider: tp})
@@ -107,6 +111,8 @@ func (p *WorkerProcess) Run(ctx context.Context) error {
 		}()
 		p.log.Info("worker metrics", "addr", p.MetricsAddr())
 	}
+	p.feed.start(ctx)
+	defer p.feed.shutdown()
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)

@@ -201,8 +201,9 @@ func TestWorkflowRaceFiftyApprovals(t *testing.T) {
 	if got := wfAuditActions(t, e, req.GetName()); len(got) != 2 || got[1] != "ApproveRequest" {
 		t.Errorf("audit of the request: %v", got)
 	}
-	if got := wfAuditActions(t, e, "teams/team-a/virtualClusters/fifty"); len(got) != 1 || got[0] != "UpdateVirtualCluster" {
-		t.Errorf("audit of the virtual cluster: %v, want one UpdateVirtualCluster", got)
+	// Created (PENDING_APPROVAL) with the request, changed once by the approval.
+	if got := wfAuditActions(t, e, "teams/team-a/virtualClusters/fifty"); len(got) != 2 || got[0] != "CreateVirtualCluster" || got[1] != "UpdateVirtualCluster" {
+		t.Errorf("audit of the virtual cluster: %v, want CreateVirtualCluster then one UpdateVirtualCluster", got)
 	}
 	if n := wfCount(t, e, `SELECT version FROM virtual_clusters WHERE id = 'fifty'`); n != 2 {
 		t.Errorf("virtual cluster version %d, want 2 (one change)", n)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/gpuplane/gpuplane/internal/eventtype"
 	"github.com/gpuplane/gpuplane/internal/reqctx"
 	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/store/filter"
@@ -28,6 +29,11 @@ type Event struct {
 	// Before and After are snapshots of the resource as the API renders it
 	// (the domain types' Snapshot methods); nil leaves the column NULL.
 	Before, After any
+	// EventType is the change-feed type of this change (internal/eventtype);
+	// empty derives it from Action, and actions that change no state have
+	// none. Events are audit rows with a type: internal/events sequences
+	// them for Watch streams and webhooks.
+	EventType string
 }
 
 func toJSON(v any) ([]byte, error) {
@@ -52,16 +58,28 @@ func Record(ctx context.Context, tx *store.Tx, e Event) error {
 	if groups == nil {
 		groups = []string{}
 	}
+	typ := e.EventType
+	if typ == "" {
+		typ = eventtype.ForAction(e.Action)
+	}
+	var eventType *string
+	if typ != "" {
+		eventType = &typ
+	}
 	// time is when the event is written, not now() (the transaction's start):
 	// a transaction that waited for a lock behind another change must not
 	// be recorded as happening before that change; events are listed by id,
 	// i.e. in the order they were written.
 	_, err = tx.Exec(ctx, `
 		INSERT INTO audit_events (time, actor, actor_groups, action, resource, request_id, correlation_id,
-		                          department_id, team_id, before, after)
-		VALUES (clock_timestamp(), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		                          department_id, team_id, before, after, event_type)
+		VALUES (clock_timestamp(), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
 		e.Actor.Subject, groups, e.Action, e.Resource, e.RequestID, reqctx.CorrelationID(ctx),
-		e.Department, e.Team, before, after)
+		e.Department, e.Team, before, after, eventType)
+	if err == nil && eventType != nil {
+		// The sequencer positions the event as soon as this commits.
+		tx.SignalCommit()
+	}
 	return err
 }
 

@@ -23,9 +23,13 @@ import (
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 	"github.com/gpuplane/gpuplane/internal/apptest"
+	"github.com/gpuplane/gpuplane/internal/audit"
 	"github.com/gpuplane/gpuplane/internal/ctl"
 	"github.com/gpuplane/gpuplane/internal/devenv/oidcdev"
+	"github.com/gpuplane/gpuplane/internal/reqctx"
+	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/store/storetest"
+	"github.com/gpuplane/gpuplane/internal/virtualcluster"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -546,15 +550,40 @@ func TestCredentialWithToken(t *testing.T) {
 
 // ---------------------------------------------------------------- request --wait, kubeconfig
 
+// setStatus writes a status as the worker does: the row and its audit
+// event (which watches see) in one transaction.
 func setStatus(t *testing.T, h *harness, id, phase, message, conditions string) {
 	t.Helper()
 	endpoint := ""
 	if phase == "READY" {
 		endpoint = "https://" + id + ".vc-" + id + ".svc"
 	}
-	if _, err := h.e.App.Pool().Exec(context.Background(), `UPDATE virtual_clusters SET phase = $2, status_message = $3,
-		conditions = $4::jsonb, endpoint = $5, version = version + 1, update_time = now() WHERE id = $1`,
-		id, phase, message, conditions, endpoint); err != nil {
+	err := h.e.App.DB().InTx(context.Background(), store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+		before, err := virtualcluster.Get(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE virtual_clusters SET phase = $2, status_message = $3,
+			conditions = $4::jsonb, endpoint = $5, version = version + 1, update_time = now() WHERE id = $1`,
+			id, phase, message, conditions, endpoint); err != nil {
+			return err
+		}
+		after, err := virtualcluster.Get(ctx, tx, id, false)
+		if err != nil {
+			return err
+		}
+		var dept string
+		if err := tx.QueryRow(ctx, `SELECT department_id FROM teams WHERE id = $1`, after.Team).Scan(&dept); err != nil {
+			return err
+		}
+		action := "VirtualClusterStatusChanged"
+		if before.Phase != after.Phase {
+			action = "VirtualClusterPhase" + after.Phase.Word()
+		}
+		return audit.Record(ctx, tx, audit.Event{Actor: reqctx.System("worker"), Action: action, Resource: after.Name(),
+			Department: dept, Team: after.Team, Before: before.Snapshot(), After: after.Snapshot()})
+	})
+	if err != nil {
 		t.Error(err)
 	}
 }
@@ -600,7 +629,7 @@ func TestRequestWaitAndKubeconfig(t *testing.T) {
 		setStatus(t, h, "ml-dev", "READY", "", condsAll)
 	})
 	// --team comes from bob's only owned team; --cpu and --memory default.
-	r := h.ok(h.as("bob", "request", "vcluster", "ml-dev", "--gpu", "1", "--wait", "--poll-interval", "20ms", "--timeout", "30s"))
+	r := h.ok(h.as("bob", "request", "vcluster", "ml-dev", "--gpu", "1", "--wait", "--poll-interval", "1h", "--timeout", "30s"))
 	wg.Wait()
 	out := r.stdout
 	for _, want := range []string{
@@ -686,7 +715,7 @@ func TestRequestWaitAndKubeconfig(t *testing.T) {
 			setStatus(t, h, "ml-fail", "FAILED", "helm install failed: chart not found", condsFail)
 		}
 	})
-	r = h.as("bob", "request", "vcluster", "ml-fail", "--gpu", "1", "--wait", "--poll-interval", "20ms", "--timeout", "30s")
+	r = h.as("bob", "request", "vcluster", "ml-fail", "--gpu", "1", "--wait", "--poll-interval", "1h", "--timeout", "30s")
 	wg.Wait()
 	if r.code != ctl.ExitError || !strings.Contains(r.stderr, "teams/team-a/virtualClusters/ml-fail FAILED: helm install failed: chart not found") ||
 		!strings.Contains(r.stdout, "ReleaseDeployed ✗") {
@@ -715,7 +744,7 @@ func TestRequestWaitAndKubeconfig(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	r = h.as("bob", "request", "vcluster", "ml-big", "--gpu", "2", "--wait", "--poll-interval", "20ms", "--timeout", "30s")
+	r = h.as("bob", "request", "vcluster", "ml-big", "--gpu", "2", "--wait", "--poll-interval", "1h", "--timeout", "30s")
 	wg.Wait()
 	if r.code != ctl.ExitError || !strings.Contains(r.stdout, "PENDING_APPROVAL  waiting for approval") ||
 		!strings.Contains(r.stderr, "REJECTED by user-alice: too big for now") {
@@ -733,5 +762,40 @@ func TestRequestWaitAndKubeconfig(t *testing.T) {
 	r = h.ok(h.as("bob", "request", "delete", "ml-dev", "--justification", "done"))
 	if !strings.Contains(r.stdout, "delete-vcluster ml-dev") {
 		t.Errorf("request delete: %q", r.stdout)
+	}
+}
+
+// TestGetWatch: get --watch prints the current state, then each change as
+// it happens, until interrupted.
+func TestGetWatch(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		if _, err := h.e.Requests.CreateRequest(h.e.As(t, "bob"), &pb.CreateRequestRequest{Request: &pb.Request{
+			Team: "teams/team-a", Justification: "watch me",
+			Payload: &pb.Request_CreateVirtualCluster{CreateVirtualCluster: &pb.CreateVirtualClusterPayload{
+				VirtualClusterId: "watched", Spec: &pb.VirtualClusterSpec{Quota: &pb.Quota{Gpu: "0", CpuMillis: 10}}}},
+		}}); err != nil {
+			t.Error(err)
+		}
+	}()
+	var out, errb bytes.Buffer
+	opts := h.opts
+	opts.Stdout, opts.Stderr, opts.Stdin = &out, &errb, strings.NewReader("")
+	opts.Getenv = func(k string) string { return h.env[k] }
+	code := ctl.Run(ctx, []string{"--server", h.e.App.GRPCAddr(), "--config", h.config, "--token", h.e.Token(t, "carol"),
+		"get", "requests", "--team", "team-a", "--watch"}, opts)
+	if code != ctl.ExitOK {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !regexp.MustCompile(`(?m)^EVENT\s+`).MatchString(out.String()) ||
+		!regexp.MustCompile(`(?m)^request\.created\s+\S+\s+team-a\s+create-vcluster\s+watched\s`).MatchString(out.String()) {
+		t.Errorf("get requests --watch:\n%s", out.String())
+	}
+	r := h.as("carol", "get", "teams", "--watch")
+	if r.code != ctl.ExitUsage || !strings.Contains(r.stderr, "--watch works for virtualclusters and requests") {
+		t.Errorf("get teams --watch: exit %d %q", r.code, r.stderr)
 	}
 }

@@ -274,7 +274,7 @@ func kindNames() []string {
 type getFlags struct {
 	team, filter, pageToken string
 	pageSize                int32
-	all                     bool
+	all, watch              bool
 }
 
 func (c *cli) getCmd() *cobra.Command {
@@ -292,7 +292,8 @@ dept also work). Names are ids ("team-a") or full resource names
   gpuplanectl get members --team team-a
   gpuplanectl get vc ml-dev -o yaml
   gpuplanectl list requests --filter 'state = PENDING' --all
-  gpuplanectl get audit --filter 'resource = "teams/team-a*"' --page-size 20`,
+  gpuplanectl get audit --filter 'resource = "teams/team-a*"' --page-size 20
+  gpuplanectl get vc --team team-a --watch`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usagef("name a kind: %s", strings.Join(kindNames(), ", "))
@@ -318,6 +319,7 @@ dept also work). Names are ids ("team-a") or full resource names
 	fl.Int32Var(&f.pageSize, "page-size", 0, "items per page (server default 50, at most 500)")
 	fl.StringVar(&f.pageToken, "page-token", "", "continue a previous listing")
 	fl.BoolVar(&f.all, "all", false, "follow page tokens until the end")
+	fl.BoolVar(&f.watch, "watch", false, "virtualclusters and requests: after the current state, print every change as it happens (until interrupted)")
 	return cmd
 }
 
@@ -325,6 +327,9 @@ func (c *cli) get(ctx context.Context, k *kind, names []string, f getFlags) erro
 	api, err := c.api(ctx)
 	if err != nil {
 		return err
+	}
+	if f.watch {
+		return c.watchGet(ctx, api, k, names, f)
 	}
 	if len(names) > 0 {
 		if f.filter != "" || f.all || f.pageToken != "" || f.pageSize != 0 {

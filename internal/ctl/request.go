@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
@@ -51,7 +53,7 @@ type waitFlags struct {
 func (w *waitFlags) bind(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&w.wait, "wait", false, "wait until the virtual cluster is READY, showing progress")
 	cmd.Flags().DurationVar(&w.timeout, "timeout", 10*time.Minute, "with --wait: give up after this long")
-	cmd.Flags().DurationVar(&w.poll, "poll-interval", time.Second, "with --wait: how often to look")
+	cmd.Flags().DurationVar(&w.poll, "poll-interval", time.Second, "with --wait, against servers without watches: how often to look")
 	_ = cmd.Flags().MarkHidden("poll-interval")
 }
 
@@ -365,49 +367,110 @@ func progressLine(vc *pb.VirtualCluster) string {
 	return strings.TrimRight(b.String(), " ")
 }
 
-// waitReady polls the virtual cluster (and, while it waits for approval,
-// its request) with the SDK's WaitForVirtualCluster and prints a line
-// whenever something changes, until it is READY, fails, or the timeout
-// passes.
-func (c *cli) waitReady(ctx context.Context, api *client.Client, vcName, reqName string, w waitFlags) error {
-	start := c.opts.Now()
-	ctx, cancel := context.WithTimeout(ctx, w.timeout)
-	defer cancel()
-	var last *pb.VirtualCluster
-	_, err := api.WaitForVirtualCluster(ctx, vcName, client.WaitOptions{
-		PollInterval: w.poll,
-		Request:      reqName,
-		Progress: func(vc *pb.VirtualCluster) {
-			last = vc
-			fmt.Fprintf(c.stdout(), "[%4.1fs] %s\n", c.opts.Now().Sub(start).Seconds(), progressLine(vc))
-		},
-	})
-	var nr *client.NotReachableError
-	switch {
-	case err == nil:
-		fmt.Fprintf(c.stdout(), "%s is READY. Use it: gpuplanectl kubeconfig %s --merge\n", vcName, lastSegment(vcName))
-		return nil
-	case errors.As(err, &nr) && nr.Name == vcName && nr.State == pb.VirtualClusterStatus_FAILED.String():
-		return fmt.Errorf("%s FAILED: %s", vcName, orDash(nr.Message))
-	case errors.As(err, &nr) && nr.Name == reqName:
-		by := ""
-		if nr.Decider != "" {
-			by = " by " + nr.Decider
+// waitPolling polls the virtual cluster (and, while it waits for approval,
+// its request) until it is READY, fails, or the timeout passes: waitReady
+// (watch.go) falls back to it when the server serves no watches.
+func (c *cli) waitPolling(ctx context.Context, api *client.Client, vcName, reqName string, w waitFlags, p *waitProgress) error {
+	for {
+		cctx, ccancel := c.call(ctx)
+		got, err := api.VirtualClusters.GetVirtualCluster(cctx, &pb.GetVirtualClusterRequest{Name: vcName})
+		ccancel()
+		if err != nil {
+			// gRPC may report the overall deadline a moment before ctx does.
+			if dl, ok := ctx.Deadline(); ok && status.Code(err) == codes.DeadlineExceeded && time.Until(dl) < 100*time.Millisecond {
+				<-ctx.Done()
+			}
+			if ctx.Err() == nil {
+				return err
+			}
 		}
-		return fmt.Errorf("%s was %s%s: %s", reqName, nr.State, by, orDash(nr.Message))
-	case errors.As(err, &nr):
-		return fmt.Errorf("%s is %s: %s", vcName, nr.State, orDash(nr.Message))
-	case errors.Is(err, context.DeadlineExceeded):
+		if err == nil {
+			if done, err := c.waitStep(ctx, api, got, reqName, p); done || err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return p.ended(ctx, w)
+		case <-time.After(w.poll):
+		}
+	}
+}
+
+// waitProgress is what a wait has shown so far.
+type waitProgress struct {
+	start  time.Time
+	last   string
+	vc     *pb.VirtualCluster
+	vcName string
+}
+
+// waitStep prints a line when the virtual cluster changed and says
+// whether the wait is over (READY: nil error; failed: the error).
+func (c *cli) waitStep(ctx context.Context, api *client.Client, vc *pb.VirtualCluster, reqName string, p *waitProgress) (bool, error) {
+	p.vc = vc
+	if line := progressLine(vc); line != p.last {
+		fmt.Fprintf(c.stdout(), "[%4.1fs] %s\n", c.opts.Now().Sub(p.start).Seconds(), line)
+		p.last = line
+	}
+	st := vc.GetStatus()
+	switch st.GetPhase() {
+	case pb.VirtualClusterStatus_READY:
+		fmt.Fprintf(c.stdout(), "%s is READY. Use it: gpuplanectl kubeconfig %s --merge\n", p.vcName, lastSegment(p.vcName))
+		return true, nil
+	case pb.VirtualClusterStatus_FAILED:
+		return true, fmt.Errorf("%s FAILED: %s", p.vcName, orDash(st.GetMessage()))
+	case pb.VirtualClusterStatus_REJECTED, pb.VirtualClusterStatus_DELETING, pb.VirtualClusterStatus_DELETED:
+		return true, c.requestOutcome(ctx, api, p.vcName, reqName, st)
+	case pb.VirtualClusterStatus_PENDING_APPROVAL:
+		if err := c.requestOutcome(ctx, api, p.vcName, reqName, st); err != nil {
+			return true, err
+		}
+	}
+	return false, nil
+}
+
+// ended is the error of a wait whose context ended.
+func (p *waitProgress) ended(ctx context.Context, w waitFlags) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		where := "not found yet"
-		if last != nil {
-			where = "still " + last.GetStatus().GetPhase().String()
-			if m := last.GetStatus().GetMessage(); m != "" {
+		if p.vc != nil {
+			where = "still " + p.vc.GetStatus().GetPhase().String()
+			if m := p.vc.GetStatus().GetMessage(); m != "" {
 				where += ": " + m
 			}
 		}
-		return fmt.Errorf("timed out after %s waiting for %s to be READY (%s)", w.timeout, vcName, where)
+		return fmt.Errorf("timed out after %s waiting for %s to be READY (%s)", w.timeout, p.vcName, where)
 	}
-	return err
+	return ctx.Err()
+}
+
+// requestOutcome explains a virtual cluster that will not become READY
+// because its request was rejected or cancelled; nil while still pending.
+func (c *cli) requestOutcome(ctx context.Context, api *client.Client, vcName, reqName string, st *pb.VirtualClusterStatus) error {
+	if reqName != "" {
+		cctx, cancel := c.call(ctx)
+		r, err := api.Requests.GetRequest(cctx, &pb.GetRequestRequest{Name: reqName})
+		cancel()
+		if err == nil {
+			switch r.GetState() {
+			case pb.Request_REJECTED, pb.Request_CANCELLED, pb.Request_FAILED:
+				why := r.GetDecisionReason()
+				if r.GetState() == pb.Request_FAILED {
+					why = r.GetFailureMessage()
+				}
+				by := ""
+				if r.GetDecider() != "" {
+					by = " by " + r.GetDecider()
+				}
+				return fmt.Errorf("%s was %s%s: %s", reqName, r.GetState(), by, orDash(why))
+			}
+		}
+	}
+	if st.GetPhase() == pb.VirtualClusterStatus_PENDING_APPROVAL {
+		return nil
+	}
+	return fmt.Errorf("%s is %s: %s", vcName, st.GetPhase(), orDash(st.GetMessage()))
 }
 
 // ---------------------------------------------------------------- decide

@@ -102,6 +102,11 @@ func Run(ctx context.Context, o Options) error {
 		go SimulateControlPlanes(ctx, env.RESTConfig(), 2*time.Second, func(f string, a ...any) { logger.Warn(fmt.Sprintf(f, a...)) })
 	}
 	cfg.RunWorker = true
+	if cfg.WebhookHTTPHosts == "" && cfg.WebhookAllowedCIDRs == "" {
+		// Webhook receivers on this machine (the README walkthrough).
+		cfg.WebhookHTTPHosts, cfg.WebhookAllowedCIDRs = "localhost,127.0.0.1,::1", "127.0.0.0/8,::1/128"
+		say("webhooks may call http://localhost (dev mode only)")
+	}
 	if cfg.CORSAllowedOrigins == "" {
 		cfg.CORSAllowedOrigins = DevPortalOrigins
 	}

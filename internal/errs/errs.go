@@ -27,6 +27,9 @@ const (
 	KindAborted // optimistic concurrency (stale etag)
 	KindUnavailable
 	KindResourceExhausted
+	// KindOutOfRange: a position outside what the server holds (a watch
+	// resumed after its events fell out of retention).
+	KindOutOfRange
 )
 
 func (k Kind) String() string {
@@ -49,6 +52,8 @@ func (k Kind) String() string {
 		return "unavailable"
 	case KindResourceExhausted:
 		return "resource exhausted"
+	case KindOutOfRange:
+		return "out of range"
 	}
 	return "unknown"
 }
@@ -81,6 +86,19 @@ const (
 	// ReasonMethodNotAllowed: the REST route exists under other HTTP
 	// methods (HTTP 405 with Allow).
 	ReasonMethodNotAllowed = "METHOD_NOT_ALLOWED"
+	// ReasonEventsExpired: a watch's resume position is no longer (or not)
+	// in the event feed; list again (HTTP 410 Gone, like Kubernetes).
+	ReasonEventsExpired = "EVENTS_EXPIRED"
+	// ReasonTooManyWatches: the caller has the most open watches allowed.
+	ReasonTooManyWatches = "TOO_MANY_WATCHES"
+	// ReasonShuttingDown: the server is stopping; retry (watches resume).
+	ReasonShuttingDown = "SHUTTING_DOWN"
+	// ReasonTokenExpired: a long-lived call (a watch) outlived the caller's
+	// token; call again with a fresh one.
+	ReasonTokenExpired = "TOKEN_EXPIRED"
+	// ReasonUnsafeURL: a webhook URL is refused (scheme, or an address in a
+	// private, loopback, link-local or metadata range).
+	ReasonUnsafeURL = "UNSAFE_URL"
 )
 
 // FieldViolation names one bad field, using the proto field path

@@ -242,6 +242,7 @@ func (v *Verifier) verify(ctx context.Context, rawToken string) (Principal, time
 	if err != nil {
 		return Principal{}, time.Time{}, err
 	}
+	p.Expiry = tok.Expiry
 	return p, tok.Expiry, nil
 }
 

@@ -1,7 +1,9 @@
 package reconcile
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -198,8 +200,20 @@ func (w *Worker) writeStatus(ctx context.Context, d desiredState, conds []vcs.Co
 		if st.Phase != cur.Phase {
 			return w.record(ctx, tx, d, "VirtualClusterPhase"+st.Phase.Word(), cur.Name(), cur.Snapshot(), after.Snapshot())
 		}
+		if statusChanged(cur, after) {
+			// Conditions, endpoint, message or allocation: watchers and
+			// webhooks see progress within a phase (PROVISIONING's steps).
+			return w.record(ctx, tx, d, "VirtualClusterStatusChanged", cur.Name(), cur.Snapshot(), after.Snapshot())
+		}
 		return nil
 	})
+}
+
+// statusChanged compares the status as the API renders it.
+func statusChanged(before, after vcs.VirtualCluster) bool {
+	b, berr := json.Marshal(before.Snapshot().Status)
+	a, aerr := json.Marshal(after.Snapshot().Status)
+	return berr != nil || aerr != nil || !bytes.Equal(a, b)
 }
 
 // record writes one of the worker's audit events.

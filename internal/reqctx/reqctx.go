@@ -8,6 +8,7 @@ package reqctx
 import (
 	"context"
 	"strings"
+	"time"
 )
 
 // Principal is the authenticated caller. It deliberately holds no token, so
@@ -17,6 +18,9 @@ type Principal struct {
 	Username string
 	Email    string
 	Groups   []string
+	// Expiry is when the caller's credential expires (zero: unknown);
+	// long-lived calls such as watches end then.
+	Expiry time.Time
 }
 
 // String is for logs and audit lines: username, subject and groups.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpuplane/gpuplane/internal/audit"
 	"github.com/gpuplane/gpuplane/internal/errs"
+	"github.com/gpuplane/gpuplane/internal/eventtype"
 	"github.com/gpuplane/gpuplane/internal/names"
 	"github.com/gpuplane/gpuplane/internal/policy"
 	"github.com/gpuplane/gpuplane/internal/quota"
@@ -67,10 +68,13 @@ func (s *Service) Create(ctx context.Context, tx *store.Tx, actor reqctx.Princip
 	if _, err := tenancy.LockDepartment(ctx, tx, team.Department); err != nil {
 		return Request{}, err
 	}
+	var vc *virtualcluster.VirtualCluster
 	if p.Create != nil {
-		if err := virtualcluster.InsertPending(ctx, tx, team.ID, p.Create.VirtualClusterID, p.Create.Spec); err != nil {
+		v, err := virtualcluster.InsertPending(ctx, tx, team.ID, p.Create.VirtualClusterID, p.Create.Spec)
+		if err != nil {
 			return Request{}, err
 		}
+		vc = &v
 	}
 	row, err := insert(ctx, tx, team.ID, team.Department, justification, actor.Subject, p)
 	if err != nil {
@@ -78,6 +82,14 @@ func (s *Service) Create(ctx context.Context, tx *store.Tx, actor reqctx.Princip
 	}
 	if err := record(ctx, tx, actor, "CreateRequest", row.Name(), requestID, row, nil, row.Snapshot()); err != nil {
 		return row, err
+	}
+	if vc != nil {
+		// The virtual cluster exists from now on (PENDING_APPROVAL): its own
+		// event, so watchers of virtual clusters see it appear.
+		if err := audit.Record(ctx, tx, audit.Event{Actor: actor, Action: "CreateVirtualCluster", Resource: vc.Name(),
+			Department: team.Department, Team: team.ID, After: vc.Snapshot()}); err != nil {
+			return row, err
+		}
 	}
 	if err := s.autoApprove(ctx, tx, &row, team); err != nil {
 		return row, err
@@ -137,12 +149,25 @@ func (s *Service) close(ctx context.Context, tx *store.Tx, r *Request, actor req
 		return err
 	}
 	*r = row
+	if err := record(ctx, tx, actor, action, r.Name(), "", *r, before, r.Snapshot()); err != nil {
+		return err
+	}
 	if r.Kind == KindCreateVirtualCluster && r.VirtualCluster != nil {
-		if err := virtualcluster.RejectPending(ctx, tx, *r.VirtualCluster, "request "+strings.ToLower(string(state))+": "+reason); err != nil {
+		vcBefore, err := virtualcluster.Get(ctx, tx, *r.VirtualCluster, true)
+		if errs.KindOf(err) == errs.KindNotFound {
+			return nil
+		}
+		if err != nil {
 			return err
 		}
+		vc, changed, err := virtualcluster.RejectPending(ctx, tx, vcBefore.ID, "request "+strings.ToLower(string(state))+": "+reason)
+		if err != nil || !changed {
+			return err
+		}
+		return audit.Record(ctx, tx, audit.Event{Actor: actor, Action: "VirtualClusterPhase" + vc.Phase.Word(), Resource: vc.Name(),
+			Department: r.Department, Team: r.Team, Before: vcBefore.Snapshot(), After: vc.Snapshot()})
 	}
-	return record(ctx, tx, actor, action, r.Name(), "", *r, before, r.Snapshot())
+	return nil
 }
 
 // approve moves a pending request to APPROVED and makes its change in the
@@ -198,15 +223,21 @@ func (s *Service) approve(ctx context.Context, tx *store.Tx, r *Request, actor r
 		return err
 	}
 	*r = row
-	if applied {
-		// Team quota changes take effect with the decision: APPROVED and
-		// APPLIED in one transaction, each a legal step of the state machine.
-		if row, err = setState(ctx, tx, r.ID, StateApplied); err != nil {
-			return err
-		}
-		*r = row
+	if !applied {
+		return record(ctx, tx, actor, "ApproveRequest", r.Name(), "", *r, before, r.Snapshot())
 	}
-	return record(ctx, tx, actor, "ApproveRequest", r.Name(), "", *r, before, r.Snapshot())
+	// Team quota changes take effect with the decision: APPROVED and
+	// APPLIED in one transaction, each a legal step of the state machine
+	// with its own event.
+	approved := r.Snapshot()
+	if err := record(ctx, tx, actor, "ApproveRequest", r.Name(), "", *r, before, approved); err != nil {
+		return err
+	}
+	if row, err = setState(ctx, tx, r.ID, StateApplied); err != nil {
+		return err
+	}
+	*r = row
+	return record(ctx, tx, actor, "Request"+StateApplied.Word(), r.Name(), "", *r, approved, r.Snapshot())
 }
 
 // moveVirtualCluster changes phase (and quota, and the chart and
@@ -238,9 +269,13 @@ func (s *Service) moveVirtualCluster(ctx context.Context, tx *store.Tx, actor re
 		return nil, err
 	}
 	gen := row.Generation
+	typ := eventtype.VirtualClusterPhaseChanged
+	if row.Phase == vc.Phase {
+		typ = eventtype.VirtualClusterUpdated
+	}
 	return &gen, audit.Record(ctx, tx, audit.Event{
 		Actor: actor, Action: "UpdateVirtualCluster", Resource: vc.Name(),
-		Department: dept, Team: vc.Team, Before: vc.Snapshot(), After: row.Snapshot(),
+		Department: dept, Team: vc.Team, Before: vc.Snapshot(), After: row.Snapshot(), EventType: typ,
 	})
 }
 
@@ -341,13 +376,13 @@ func (s *Service) policyInput(ctx context.Context, q store.Querier, r Request, t
 // virtual cluster vc (of team in dept) to APPLIED or FAILED, with an audit
 // event each (the worker, once the host reflects gen or gave up).
 func Settle(ctx context.Context, tx *store.Tx, actor reqctx.Principal, vc, dept, team string, gen int64, state State, failure string) error {
-	ids, err := settle(ctx, tx, vc, gen, state, failure)
+	rows, err := settle(ctx, tx, vc, gen, state, failure)
 	if err != nil {
 		return err
 	}
-	for _, id := range ids {
-		if err := audit.Record(ctx, tx, audit.Event{Actor: actor, Action: "Request" + state.Word(), Resource: names.Request(id),
-			Department: dept, Team: team}); err != nil {
+	for _, r := range rows {
+		if err := audit.Record(ctx, tx, audit.Event{Actor: actor, Action: "Request" + state.Word(), Resource: r.Name(),
+			Department: dept, Team: team, After: r.Snapshot()}); err != nil {
 			return err
 		}
 	}

@@ -102,15 +102,15 @@ func pendingFor(ctx context.Context, tx *store.Tx, vcID string) ([]Request, erro
 }
 
 // settle moves the APPROVED requests on a virtual cluster whose target
-// generation is at most gen to state, and returns their ids.
-func settle(ctx context.Context, tx *store.Tx, vcID string, gen int64, state State, failure string) ([]string, error) {
+// generation is at most gen to state, and returns them.
+func settle(ctx context.Context, tx *store.Tx, vcID string, gen int64, state State, failure string) ([]Request, error) {
 	rows, err := tx.Query(ctx, `UPDATE requests SET state = $3, failure_message = $4, version = version + 1, update_time = now()
-		WHERE virtual_cluster_id = $1 AND state = $5 AND target_generation <= $2 RETURNING id`,
+		WHERE virtual_cluster_id = $1 AND state = $5 AND target_generation <= $2 RETURNING `+columns,
 		vcID, gen, state, failure, StateApproved)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Request, error) { return scan(r) })
 }
 
 // TeamHistory deletes a deleted team's requests and (gone) virtual

@@ -27,6 +27,7 @@ var kindCodes = map[errs.Kind]codes.Code{
 	errs.KindAborted:            codes.Aborted,
 	errs.KindUnavailable:        codes.Unavailable,
 	errs.KindResourceExhausted:  codes.ResourceExhausted,
+	errs.KindOutOfRange:         codes.OutOfRange,
 }
 
 // toStatus is the one place domain errors become gRPC statuses. Errors that

@@ -35,6 +35,9 @@ func gatewayErrorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.M
 		st = restStatus(ctx, r, st)
 		setRetryAfter(w, st)
 		err = st.Err()
+		if code := httpStatus(st); code != runtime.HTTPStatusFromCode(st.Code()) {
+			err = &runtime.HTTPStatusError{HTTPStatus: code, Err: err}
+		}
 	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }
@@ -128,6 +131,25 @@ func replaceField(msg, from, to string) string {
 	}
 	re := regexp.MustCompile(`(^|[^A-Za-z0-9_.])` + regexp.QuoteMeta(from) + `($|[^A-Za-z0-9_])`)
 	return re.ReplaceAllString(msg, "${1}"+strings.ReplaceAll(to, "$", "$$")+"${2}")
+}
+
+// reasonHTTPStatus are the ErrorInfo reasons whose HTTP status differs
+// from the gateway's mapping of their gRPC code.
+var reasonHTTPStatus = map[string]int{
+	// A watch position out of retention: re-list, like Kubernetes' 410.
+	errs.ReasonEventsExpired: http.StatusGone,
+}
+
+// httpStatus is the HTTP status of an error status.
+func httpStatus(st *status.Status) int {
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok {
+			if code, ok := reasonHTTPStatus[ei.GetReason()]; ok {
+				return code
+			}
+		}
+	}
+	return runtime.HTTPStatusFromCode(st.Code())
 }
 
 // setRetryAfter mirrors a RetryInfo detail as the Retry-After header (whole

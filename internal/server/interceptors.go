@@ -79,45 +79,72 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 // unaryChain is the one interceptor every call passes, gRPC and REST alike:
 // request id -> recovery -> authentication -> handler, with logging and
 // metrics around it and domain errors mapped to statuses on the way out.
+// streamChain (stream.go) does the same for streaming calls.
 func (s *Server) unaryChain(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-	start := time.Now()
-	md, _ := metadata.FromIncomingContext(ctx)
+	ctx, c := s.begin(ctx, info.FullMethod)
+	defer c.end(ctx, &err)
+	if ctx, err = c.authenticate(ctx); err != nil {
+		return nil, err
+	}
+	resp, err = handler(ctx, req)
+	return resp, toStatus(ctx, c.log, err)
+}
+
+// call is one RPC on its way through the interceptors.
+type call struct {
+	s      *Server
+	method string
+	start  time.Time
+	md     metadata.MD
+	log    *slog.Logger
+}
+
+// begin assigns the request id (the caller's, when valid) and sends it back.
+func (s *Server) begin(ctx context.Context, method string) (context.Context, *call) {
+	c := &call{s: s, method: method, start: time.Now()}
+	c.md, _ = metadata.FromIncomingContext(ctx)
 	reqID := ""
-	if v := md.Get(RequestIDHeader); len(v) > 0 && validRequestID(v[0]) {
+	if v := c.md.Get(RequestIDHeader); len(v) > 0 && validRequestID(v[0]) {
 		reqID = v[0]
 	} else {
 		reqID = newRequestID()
 	}
 	ctx = reqctx.WithCorrelationID(ctx, reqID)
 	_ = grpc.SetHeader(ctx, metadata.Pairs(RequestIDHeader, reqID))
-	log := s.log.With("request_id", reqID, "method", info.FullMethod)
+	c.log = s.log.With("request_id", reqID, "method", method)
+	return ctx, c
+}
 
-	defer func() {
-		if p := recover(); p != nil {
-			log.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
-			err = status.Error(codes.Internal, "internal error")
-		}
-		code := status.Code(err)
-		elapsed := time.Since(start)
-		s.metrics.handled.WithLabelValues(info.FullMethod, code.String()).Inc()
-		s.metrics.duration.WithLabelValues(info.FullMethod, code.String()).Observe(elapsed.Seconds())
-		level := slog.LevelDebug
-		if code == codes.Internal || code == codes.Unknown {
-			level = slog.LevelError
-		}
-		log.Log(ctx, level, "rpc", "code", code.String(), "duration_ms", float64(elapsed.Microseconds())/1000)
-	}()
-
-	if !unauthenticatedMethod(info.FullMethod) {
-		p, aerr := s.authenticate(ctx, md)
-		if aerr != nil {
-			return nil, toStatus(ctx, log, aerr)
-		}
-		ctx = reqctx.WithPrincipal(ctx, p)
-		log = log.With("subject", p.Subject)
+// authenticate puts the caller's principal into ctx (not for health
+// checks and reflection).
+func (c *call) authenticate(ctx context.Context) (context.Context, error) {
+	if unauthenticatedMethod(c.method) {
+		return ctx, nil
 	}
-	resp, err = handler(ctx, req)
-	return resp, toStatus(ctx, log, err)
+	p, err := c.s.authenticate(ctx, c.md)
+	if err != nil {
+		return ctx, toStatus(ctx, c.log, err)
+	}
+	c.log = c.log.With("subject", p.Subject)
+	return reqctx.WithPrincipal(ctx, p), nil
+}
+
+// end recovers a panic and records the call's outcome; it must be
+// deferred directly.
+func (c *call) end(ctx context.Context, errp *error) {
+	if p := recover(); p != nil {
+		c.log.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
+		*errp = status.Error(codes.Internal, "internal error")
+	}
+	code := status.Code(*errp)
+	elapsed := time.Since(c.start)
+	c.s.metrics.handled.WithLabelValues(c.method, code.String()).Inc()
+	c.s.metrics.duration.WithLabelValues(c.method, code.String()).Observe(elapsed.Seconds())
+	level := slog.LevelDebug
+	if code == codes.Internal || code == codes.Unknown {
+		level = slog.LevelError
+	}
+	c.log.Log(ctx, level, "rpc", "code", code.String(), "duration_ms", float64(elapsed.Microseconds())/1000)
 }
 
 func (s *Server) authenticate(ctx context.Context, md metadata.MD) (identity.Principal, error) {

@@ -63,6 +63,8 @@ type Services struct {
 	VirtualCluster gpuplanev1.VirtualClusterServiceServer
 	Requests       gpuplanev1.RequestServiceServer
 	Policies       gpuplanev1.ApprovalPolicyServiceServer
+	Watch          gpuplanev1.WatchServiceServer
+	Webhooks       gpuplanev1.WebhookServiceServer
 }
 
 // Server owns both listeners.
@@ -99,8 +101,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.lisGRPC = newDrainListener(s.lisGRPC) // see Shutdown
 
-	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.unaryChain, annotateSpan), grpc.MaxRecvMsgSize(4<<20),
-		grpcServerTracing(cfg.TracerProvider))
+	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.unaryChain, annotateSpan), grpc.ChainStreamInterceptor(s.streamChain),
+		grpc.MaxRecvMsgSize(4<<20), grpcServerTracing(cfg.TracerProvider))
 	svc := cfg.Services
 	gpuplanev1.RegisterDepartmentServiceServer(s.grpc, svc.Departments)
 	gpuplanev1.RegisterTeamServiceServer(s.grpc, svc.Teams)
@@ -110,6 +112,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	gpuplanev1.RegisterVirtualClusterServiceServer(s.grpc, svc.VirtualCluster)
 	gpuplanev1.RegisterRequestServiceServer(s.grpc, svc.Requests)
 	gpuplanev1.RegisterApprovalPolicyServiceServer(s.grpc, svc.Policies)
+	gpuplanev1.RegisterWatchServiceServer(s.grpc, svc.Watch)
+	gpuplanev1.RegisterWebhookServiceServer(s.grpc, svc.Webhooks)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -146,6 +150,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		}),
 		runtime.WithErrorHandler(gatewayErrorHandler),
 		runtime.WithRoutingErrorHandler(routes.gatewayRoutingError),
+		runtime.WithStreamErrorHandler(streamErrorHandler),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, newRESTMarshaler()),
 	)
 	for _, register := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
@@ -157,6 +162,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		gpuplanev1.RegisterVirtualClusterServiceHandler,
 		gpuplanev1.RegisterRequestServiceHandler,
 		gpuplanev1.RegisterApprovalPolicyServiceHandler,
+		gpuplanev1.RegisterWatchServiceHandler,
+		gpuplanev1.RegisterWebhookServiceHandler,
 	} {
 		if err := register(ctx, gw, s.gwConn); err != nil {
 			s.gwConn.Close()
@@ -200,7 +207,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		_, _ = w.Write(openapiJSON)
 	})
 	s.http = &http.Server{
-		Handler:           httpTracing(cfg.TracerProvider, newHTTPMetrics(cfg.Registry).wrap(withCORS(cfg.CORS, mux))),
+		Handler:           withStreams(httpTracing(cfg.TracerProvider, newHTTPMetrics(cfg.Registry).wrap(withCORS(cfg.CORS, mux)))),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,

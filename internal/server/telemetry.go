@@ -63,11 +63,15 @@ func httpTracing(tp trace.TracerProvider, h http.Handler) http.Handler {
 // annotateSpan runs inside unaryChain (after the request id is assigned and
 // the caller authenticated) and puts both on the RPC's span.
 func annotateSpan(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	annotate(ctx)
+	return handler(ctx, req)
+}
+
+func annotate(ctx context.Context) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(telemetry.AttrRequestID.String(reqctx.CorrelationID(ctx)))
 		if p, ok := reqctx.PrincipalFrom(ctx); ok {
 			span.SetAttributes(telemetry.AttrSubject.String(p.Subject))
 		}
 	}
-	return handler(ctx, req)
 }

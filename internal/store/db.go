@@ -20,10 +20,45 @@ type Querier interface {
 
 // DB is the database: the connection pool plus callback transactions
 // (InTx). It is a Querier for single statements outside a transaction.
-type DB struct{ pool *pgxpool.Pool }
+type DB struct {
+	pool    *pgxpool.Pool
+	commits *CommitSignal
+}
+
+// DBOption configures New.
+type DBOption func(*DB)
+
+// WithCommitSignal makes InTx notify sig after each commit of a
+// transaction that called Tx.SignalCommit.
+func WithCommitSignal(sig *CommitSignal) DBOption { return func(db *DB) { db.commits = sig } }
 
 // New wraps a pool (from Open).
-func New(pool *pgxpool.Pool) *DB { return &DB{pool: pool} }
+func New(pool *pgxpool.Pool, opts ...DBOption) *DB {
+	db := &DB{pool: pool}
+	for _, o := range opts {
+		o(db)
+	}
+	return db
+}
+
+// CommitSignal tells one waiter that transactions it cares about have
+// committed (the change feed's sequencer: audit events were written).
+// Signals coalesce: many commits while the waiter is busy wake it once.
+type CommitSignal struct{ c chan struct{} }
+
+// NewCommitSignal makes a signal for WithCommitSignal.
+func NewCommitSignal() *CommitSignal { return &CommitSignal{c: make(chan struct{}, 1)} }
+
+// Notify wakes the waiter; it never blocks.
+func (s *CommitSignal) Notify() {
+	select {
+	case s.c <- struct{}{}:
+	default:
+	}
+}
+
+// C is where the waiter waits.
+func (s *CommitSignal) C() <-chan struct{} { return s.c }
 
 // Pool is the underlying pool (migrations, health checks, metrics).
 func (db *DB) Pool() *pgxpool.Pool { return db.pool }
@@ -46,7 +81,14 @@ func (db *DB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 // Tx is one transaction, handed to the callback of DB.InTx. It is typed so
 // that what runs inside a transaction says so in its signature, and so that
 // nobody outside the store commits or rolls it back.
-type Tx struct{ tx pgx.Tx }
+type Tx struct {
+	tx     pgx.Tx
+	signal bool
+}
+
+// SignalCommit asks InTx to notify the DB's CommitSignal once this
+// transaction has committed (nothing happens if it rolls back).
+func (t *Tx) SignalCommit() { t.signal = true }
 
 // Exec implements Querier.
 func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {

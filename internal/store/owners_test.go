@@ -16,17 +16,20 @@ var sqlStatement = regexp.MustCompile(`(?i)\b(SELECT\s.*\sFROM\s|INSERT\s+INTO\s
 // repository per table, beside the package that owns it, and the store's
 // own plumbing (migrations, idempotency_keys, test databases).
 var owners = []string{
-	"internal/virtualcluster/store.go",      // virtual_clusters
-	"internal/tenancy/store_departments.go", // departments
-	"internal/tenancy/store_teams.go",       // teams
-	"internal/tenancy/store_members.go",     // members
-	"internal/request/store_requests.go",    // requests
-	"internal/request/store_policies.go",    // approval_policies
-	"internal/workqueue/workqueue.go",       // reconcile_work
-	"internal/audit/audit.go",               // audit_events
-	"internal/store/idempotency.go",         // idempotency_keys
-	"internal/store/migrate.go",             // schema_migrations
-	"internal/store/storetest/storetest.go", // throwaway test databases
+	"internal/virtualcluster/store.go",        // virtual_clusters
+	"internal/tenancy/store_departments.go",   // departments
+	"internal/tenancy/store_teams.go",         // teams
+	"internal/tenancy/store_members.go",       // members
+	"internal/request/store_requests.go",      // requests
+	"internal/request/store_policies.go",      // approval_policies
+	"internal/workqueue/workqueue.go",         // reconcile_work
+	"internal/audit/audit.go",                 // audit_events
+	"internal/events/store.go",                // event_feed, event_positions
+	"internal/webhook/store_subscriptions.go", // webhook_subscriptions
+	"internal/webhook/store_deliveries.go",    // webhook_deliveries, webhook_dispatch
+	"internal/store/idempotency.go",           // idempotency_keys
+	"internal/store/migrate.go",               // schema_migrations
+	"internal/store/storetest/storetest.go",   // throwaway test databases
 }
 
 // TestNoSQLOutsideTheOwners keeps "one owner per table" true: a statement

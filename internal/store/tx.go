@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // DefaultMaxAttempts bounds how often InTx runs the callback when
@@ -53,7 +52,7 @@ func (db *DB) InTx(ctx context.Context, opts TxOptions, fn func(ctx context.Cont
 	}
 
 	for attempt := 1; ; attempt++ {
-		err := runTx(ctx, db.pool, txo, fn)
+		err := runTx(ctx, db, txo, fn)
 		if err == nil || !IsRetryable(err) || attempt >= maxAttempts {
 			return err
 		}
@@ -70,8 +69,8 @@ func (db *DB) InTx(ctx context.Context, opts TxOptions, fn func(ctx context.Cont
 	}
 }
 
-func runTx(ctx context.Context, pool *pgxpool.Pool, txo pgx.TxOptions, fn func(context.Context, *Tx) error) error {
-	tx, err := pool.BeginTx(ctx, txo)
+func runTx(ctx context.Context, db *DB, txo pgx.TxOptions, fn func(context.Context, *Tx) error) error {
+	tx, err := db.pool.BeginTx(ctx, txo)
 	if err != nil {
 		return err
 	}
@@ -85,10 +84,17 @@ func runTx(ctx context.Context, pool *pgxpool.Pool, txo pgx.TxOptions, fn func(c
 		// rather than return it to the pool mid-transaction.
 		_ = tx.Rollback(rctx)
 	}()
-	if err := fn(ctx, &Tx{tx: tx}); err != nil {
+	t := &Tx{tx: tx}
+	if err := fn(ctx, t); err != nil {
 		return err
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	if t.signal && db.commits != nil {
+		db.commits.Notify()
+	}
+	return nil
 }
 
 // retryDelay is exponential with "equal jitter": half fixed, half random, so

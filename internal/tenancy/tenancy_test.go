@@ -64,7 +64,7 @@ func (f *fixture) team(id, dept string, tier tenancy.Tier, q quota.Resources) er
 // liveVC stores an approved virtual cluster holding q in team.
 func (f *fixture) liveVC(team, id string, q quota.Resources, fractional bool) {
 	f.must(f.tx(func(ctx context.Context, tx *store.Tx) error {
-		if err := virtualcluster.InsertPending(ctx, tx, team, id, virtualcluster.Spec{Quota: q, AllowFractionalGPUs: fractional}); err != nil {
+		if _, err := virtualcluster.InsertPending(ctx, tx, team, id, virtualcluster.Spec{Quota: q, AllowFractionalGPUs: fractional}); err != nil {
 			return err
 		}
 		_, err := virtualcluster.Move(ctx, tx, id, virtualcluster.PhaseProvisioning, q, nil, virtualcluster.Versions{}, false)

@@ -63,24 +63,24 @@ func Get(ctx context.Context, q store.Querier, id string, lock bool) (VirtualClu
 // InsertPending stores a requested virtual cluster in PENDING_APPROVAL. A
 // name whose earlier virtual cluster is gone (rejected or deleted) may be
 // used again; the old row is history (the audit log keeps it).
-func InsertPending(ctx context.Context, tx *store.Tx, team, id string, spec Spec) error {
+func InsertPending(ctx context.Context, tx *store.Tx, team, id string, spec Spec) (VirtualCluster, error) {
 	if _, err := tx.Exec(ctx, `DELETE FROM virtual_clusters WHERE id = $1 AND phase = ANY($2)`, id, gonePhases); err != nil {
-		return err
+		return VirtualCluster{}, err
 	}
 	lg, lc, lm := limitColumns(spec.Limit)
-	_, err := tx.Exec(ctx, `
+	row, err := scan(tx.QueryRow(ctx, `
 		INSERT INTO virtual_clusters (id, team_id, display_name, gpu_centi, cpu_millis, memory_bytes,
 		       limit_gpu_centi, limit_cpu_millis, limit_memory_bytes, over_quota_weight, priority,
 		       allow_fractional_gpus, kubernetes_version, chart_version, expire_time, phase)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING `+columns,
 		id, team, spec.DisplayName, spec.Quota.GPU, spec.Quota.CPUMillis, spec.Quota.MemoryBytes, lg, lc, lm,
 		spec.OverQuotaWeight, spec.Priority, spec.AllowFractionalGPUs, spec.KubernetesVersion,
-		spec.ChartVersion, spec.ExpireTime, PhasePendingApproval)
+		spec.ChartVersion, spec.ExpireTime, PhasePendingApproval))
 	if store.SQLState(err) == "23505" {
-		return errs.New(errs.KindAlreadyExists, errs.ReasonAlreadyExists,
+		return row, errs.New(errs.KindAlreadyExists, errs.ReasonAlreadyExists,
 			"virtual cluster name %q is taken (names are unique across all teams: they name KAI queues)", id).With("virtual_cluster_id", id)
 	}
-	return err
+	return row, err
 }
 
 // Versions are the vCluster chart and virtual Kubernetes versions a
@@ -108,10 +108,14 @@ func Move(ctx context.Context, tx *store.Tx, id string, phase Phase, q quota.Res
 
 // RejectPending marks a virtual cluster still waiting for approval
 // REJECTED (its request was rejected or cancelled).
-func RejectPending(ctx context.Context, tx *store.Tx, id, message string) error {
-	_, err := tx.Exec(ctx, `UPDATE virtual_clusters SET phase = $3, status_message = $2,
-		version = version + 1, update_time = now() WHERE id = $1 AND phase = $4`, id, message, PhaseRejected, PhasePendingApproval)
-	return err
+func RejectPending(ctx context.Context, tx *store.Tx, id, message string) (VirtualCluster, bool, error) {
+	row, err := scan(tx.QueryRow(ctx, `UPDATE virtual_clusters SET phase = $3, status_message = $2,
+		version = version + 1, update_time = now() WHERE id = $1 AND phase = $4 RETURNING `+columns,
+		id, message, PhaseRejected, PhasePendingApproval))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return row, false, nil
+	}
+	return row, err == nil, err
 }
 
 // Status is what the worker writes back.

@@ -36,7 +36,7 @@ func TestRepository(t *testing.T) {
 	for i, p := range virtualcluster.Phases() {
 		id := "vc" + string(rune('a'+i))
 		if err := run(func(ctx context.Context, tx *store.Tx) error {
-			if err := virtualcluster.InsertPending(ctx, tx, "t", id, virtualcluster.Spec{Quota: one}); err != nil {
+			if _, err := virtualcluster.InsertPending(ctx, tx, "t", id, virtualcluster.Spec{Quota: one}); err != nil {
 				return err
 			}
 			_, err := virtualcluster.SetPhase(ctx, tx, id, p, "")
@@ -57,12 +57,14 @@ func TestRepository(t *testing.T) {
 	// "vcf" is DELETED (sixth phase): its name may be used again; a live
 	// one's may not.
 	if err := run(func(ctx context.Context, tx *store.Tx) error {
-		return virtualcluster.InsertPending(ctx, tx, "t", "vcf", virtualcluster.Spec{Quota: one})
+		_, err := virtualcluster.InsertPending(ctx, tx, "t", "vcf", virtualcluster.Spec{Quota: one})
+		return err
 	}); err != nil {
 		t.Fatalf("reuse of a deleted name: %v", err)
 	}
 	err = run(func(ctx context.Context, tx *store.Tx) error {
-		return virtualcluster.InsertPending(ctx, tx, "t", "vcc", virtualcluster.Spec{Quota: one})
+		_, err := virtualcluster.InsertPending(ctx, tx, "t", "vcc", virtualcluster.Spec{Quota: one})
+		return err
 	})
 	if errs.KindOf(err) != errs.KindAlreadyExists {
 		t.Fatalf("reuse of a live name: %v", err)

@@ -28,6 +28,11 @@ const (
 	ReasonIdentityProviderUnavailable = "IDENTITY_PROVIDER_UNAVAILABLE"
 	ReasonRouteNotFound               = "ROUTE_NOT_FOUND"
 	ReasonMethodNotAllowed            = "METHOD_NOT_ALLOWED"
+	ReasonTooManyWatches              = "TOO_MANY_WATCHES"
+	ReasonShuttingDown                = "SHUTTING_DOWN"
+	ReasonTokenExpired                = "TOKEN_EXPIRED"
+	ReasonUnsafeURL                   = "UNSAFE_URL"
+	// ReasonEventsExpired is in watch.go.
 )
 
 // Reasons lists every reason above (a test keeps it equal to the server's).
@@ -37,6 +42,7 @@ var Reasons = []string{
 	ReasonInvalidStateTransition, ReasonHasDependents, ReasonRequestIDReused, ReasonInvalidPageToken,
 	ReasonInvalidFilter, ReasonIsolationTierViolation, ReasonInvalidPolicy, ReasonSchemaBehind,
 	ReasonInternal, ReasonIdentityProviderUnavailable, ReasonRouteNotFound, ReasonMethodNotAllowed,
+	ReasonEventsExpired, ReasonTooManyWatches, ReasonShuttingDown, ReasonTokenExpired, ReasonUnsafeURL,
 }
 
 // Code is the gRPC code of err (codes.OK for nil, codes.Unknown for an

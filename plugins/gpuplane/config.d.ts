@@ -8,8 +8,15 @@ export interface Config {
      */
     baseUrl: string;
     /**
+     * How status stays live: "watch" (default) follows gpuplane's Watch
+     * streams and reloads on each change; "poll" refreshes every
+     * pollIntervalSeconds (also the fallback for servers without watches).
+     * @visibility frontend
+     */
+    liveStatus?: 'watch' | 'poll';
+    /**
      * Seconds between status refreshes of virtual clusters and requests
-     * (default 3).
+     * when polling (default 3).
      * @visibility frontend
      */
     pollIntervalSeconds?: number;

@@ -188,6 +188,57 @@ func (e VirtualClusterStatusPhase) Valid() bool {
 	}
 }
 
+// Defines values for WatchEventKind.
+const (
+	CHANGED                   WatchEventKind = "CHANGED"
+	EXISTING                  WatchEventKind = "EXISTING"
+	HEARTBEAT                 WatchEventKind = "HEARTBEAT"
+	SYNCED                    WatchEventKind = "SYNCED"
+	WATCHEVENTKINDUNSPECIFIED WatchEventKind = "WATCH_EVENT_KIND_UNSPECIFIED"
+)
+
+// Valid indicates whether the value is a known member of the WatchEventKind enum.
+func (e WatchEventKind) Valid() bool {
+	switch e {
+	case CHANGED:
+		return true
+	case EXISTING:
+		return true
+	case HEARTBEAT:
+		return true
+	case SYNCED:
+		return true
+	case WATCHEVENTKINDUNSPECIFIED:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookDeliveryState.
+const (
+	WebhookDeliveryStateFAILED           WebhookDeliveryState = "FAILED"
+	WebhookDeliveryStatePENDING          WebhookDeliveryState = "PENDING"
+	WebhookDeliveryStateSTATEUNSPECIFIED WebhookDeliveryState = "STATE_UNSPECIFIED"
+	WebhookDeliveryStateSUCCEEDED        WebhookDeliveryState = "SUCCEEDED"
+)
+
+// Valid indicates whether the value is a known member of the WebhookDeliveryState enum.
+func (e WebhookDeliveryState) Valid() bool {
+	switch e {
+	case WebhookDeliveryStateFAILED:
+		return true
+	case WebhookDeliveryStatePENDING:
+		return true
+	case WebhookDeliveryStateSTATEUNSPECIFIED:
+		return true
+	case WebhookDeliveryStateSUCCEEDED:
+		return true
+	default:
+		return false
+	}
+}
+
 // ApprovalPolicy ApprovalPolicy auto-approves matching requests. Policies are evaluated in
 // order of create time; the first that matches (and whose request fits)
 // approves.
@@ -470,6 +521,20 @@ type ListVirtualClustersPage struct {
 	VirtualClusters []VirtualCluster `json:"virtualClusters"`
 }
 
+// ListWebhookDeliveriesPage defines model for ListWebhookDeliveriesPage.
+type ListWebhookDeliveriesPage struct {
+	NextPageToken string `json:"nextPageToken"`
+
+	// WebhookDeliveries Newest first.
+	WebhookDeliveries []WebhookDelivery `json:"webhookDeliveries"`
+}
+
+// ListWebhookSubscriptionsPage defines model for ListWebhookSubscriptionsPage.
+type ListWebhookSubscriptionsPage struct {
+	NextPageToken        string                `json:"nextPageToken"`
+	WebhookSubscriptions []WebhookSubscription `json:"webhookSubscriptions"`
+}
+
 // Member Member binds a user or an OIDC group to a role on a team.
 //
 // Exactly one of `user`, `group` is set (a oneof).
@@ -540,6 +605,9 @@ type Quota struct {
 	MemoryBytes *string `json:"memoryBytes,omitempty"`
 }
 
+// RedeliverWebhookDeliveryBody The body of RedeliverWebhookDelivery: the request's fields that are not in the path.
+type RedeliverWebhookDeliveryBody = map[string]interface{}
+
 // RejectRequestBody The body of RejectRequest: the request's fields that are not in the path.
 type RejectRequestBody struct {
 	// Etag When set, must match the request's current etag.
@@ -605,11 +673,41 @@ type Request struct {
 	UpdateTime *time.Time `json:"updateTime,omitempty"`
 }
 
+// RequestEvent defines model for RequestEvent.
+type RequestEvent struct {
+	Actor string `json:"actor"`
+
+	// Id CHANGED: the event's id (auditEvents/{id}; the webhook event id).
+	Id string `json:"id"`
+
+	// Kind WatchEventKind says what a watch message carries.
+	Kind WatchEventKind `json:"kind"`
+
+	// Position Where to resume after this message (unset for EXISTING).
+	Position string `json:"position"`
+
+	// Request EXISTING and CHANGED: the request after the change.
+	Request Request   `json:"request"`
+	Time    time.Time `json:"time"`
+
+	// Type CHANGED: the event type, e.g. "request.approved".
+	Type string `json:"type"`
+}
+
 // RequestKind What a request asks for; set by the server from the payload.
 type RequestKind string
 
 // RequestState Where a request is in its life.
 type RequestState string
+
+// RotateWebhookSecretBody The body of RotateWebhookSecret: the request's fields that are not in the path.
+type RotateWebhookSecretBody struct {
+	Etag *string `json:"etag,omitempty"`
+
+	// PreviousSecretTtl How long the current secret keeps signing too (0 or unset: 24h; at
+	// most 7 days).
+	PreviousSecretTtl *string `json:"previousSecretTtl,omitempty"`
+}
 
 // Shortfall Shortfall is one level and resource a request does not fit.
 type Shortfall struct {
@@ -765,6 +863,33 @@ type VirtualCluster struct {
 	UpdateTime time.Time            `json:"updateTime"`
 }
 
+// VirtualClusterEvent defines model for VirtualClusterEvent.
+type VirtualClusterEvent struct {
+	Actor string `json:"actor"`
+
+	// Id CHANGED: the event's id; the audit event auditEvents/{id} records the
+	// same change, and webhooks deliver it under this id.
+	Id string `json:"id"`
+
+	// Kind WatchEventKind says what a watch message carries.
+	Kind WatchEventKind `json:"kind"`
+
+	// Position Where to resume after this message (unset for EXISTING).
+	Position string `json:"position"`
+
+	// Time CHANGED: when the change was made, and by whom (a subject, or
+	// "system:<component>").
+	Time time.Time `json:"time"`
+
+	// Type CHANGED: the event type, e.g. "virtualcluster.phase_changed"
+	// (docs/events.md lists them).
+	Type string `json:"type"`
+
+	// VirtualCluster EXISTING and CHANGED: the virtual cluster after the change (its last
+	// state when it was deleted).
+	VirtualCluster VirtualCluster `json:"virtualCluster"`
+}
+
 // VirtualClusterKubeconfig VirtualClusterKubeconfig is a kubeconfig for one caller.
 type VirtualClusterKubeconfig struct {
 	BreakGlass bool `json:"breakGlass"`
@@ -836,6 +961,97 @@ type VirtualClusterStatus struct {
 
 // VirtualClusterStatusPhase Where a virtual cluster is in its life.
 type VirtualClusterStatusPhase string
+
+// WatchEventKind WatchEventKind says what a watch message carries.
+type WatchEventKind string
+
+// WebhookDelivery WebhookDelivery is one event sent (or to be sent) to one subscription:
+// the delivery log.
+type WebhookDelivery struct {
+	Attempts     int32     `json:"attempts"`
+	CompleteTime time.Time `json:"completeTime"`
+	CreateTime   time.Time `json:"createTime"`
+
+	// EventId The CloudEvents id and webhook-id header: the same on every attempt.
+	EventId         string    `json:"eventId"`
+	EventType       string    `json:"eventType"`
+	LastAttemptTime time.Time `json:"lastAttemptTime"`
+	LastDuration    string    `json:"lastDuration"`
+
+	// LastError Why the last attempt failed.
+	LastError string `json:"lastError"`
+
+	// LastStatusCode The endpoint's HTTP status of the last attempt (0: no answer).
+	LastStatusCode int32 `json:"lastStatusCode"`
+
+	// Name webhookSubscriptions/{subscription}/deliveries/{delivery}
+	Name            string    `json:"name"`
+	NextAttemptTime time.Time `json:"nextAttemptTime"`
+	Position        string    `json:"position"`
+
+	// Resource The object the event is about (CloudEvents subject); deliveries of one
+	// object are sent in order.
+	Resource string               `json:"resource"`
+	State    WebhookDeliveryState `json:"state"`
+}
+
+// WebhookDeliveryState defines model for WebhookDeliveryState.
+type WebhookDeliveryState string
+
+// WebhookSubscription WebhookSubscription sends the events of a team, a department or the
+// whole platform to an HTTPS endpoint as CloudEvents 1.0 (structured JSON),
+// signed per Standard Webhooks (docs/events.md). Delivery is at least once,
+// in order per object, retried with exponential backoff; a run of failed
+// deliveries disables the subscription (event webhook.disabled).
+//
+// Team subscriptions are managed by the team's owners and department admins,
+// department subscriptions by department admins, platform subscriptions by
+// platform admins; others get NOT_FOUND.
+type WebhookSubscription struct {
+	// ConsecutiveFailures Failed deliveries in a row.
+	ConsecutiveFailures *int32     `json:"consecutiveFailures,omitempty"`
+	CreateTime          *time.Time `json:"createTime,omitempty"`
+	Department          *string    `json:"department,omitempty"`
+
+	// Disabled Set to pause deliveries (they wait, nothing is lost within the
+	// retention); set by the platform after a run of failures. Clearing it
+	// resumes delivery and resets the failure count.
+	Disabled *bool `json:"disabled,omitempty"`
+
+	// DisabledReason Why the platform disabled it.
+	DisabledReason *string `json:"disabledReason,omitempty"`
+	DisplayName    *string `json:"displayName,omitempty"`
+	Etag           *string `json:"etag,omitempty"`
+
+	// EventTypes Event types to send: exact ("request.approved"), per kind
+	// ("virtualcluster.*") or "*"; empty: all.
+	EventTypes *[]string `json:"eventTypes,omitempty"`
+
+	// Name webhookSubscriptions/{subscription}; the id is a DNS-1123 label.
+	Name *string `json:"name,omitempty"`
+
+	// PreviousSecretExpireTime After a rotation the previous secret signs too until this time, so
+	// receivers can switch without losing a delivery.
+	PreviousSecretExpireTime *time.Time `json:"previousSecretExpireTime,omitempty"`
+
+	// Secret The signing secret ("whsec_" + base64 of 32 random bytes). Returned
+	// only by CreateWebhookSubscription and RotateWebhookSecret.
+	Secret *string `json:"secret,omitempty"`
+
+	// StartPosition Events after this feed position are delivered (the head at creation).
+	StartPosition *string `json:"startPosition,omitempty"`
+
+	// Team The scope: teams/{team} (its events), departments/{department} (the
+	// department's and its teams' events), or neither (every event).
+	// Immutable.
+	Team       *string    `json:"team,omitempty"`
+	UpdateTime *time.Time `json:"updateTime,omitempty"`
+
+	// Url https://... (plain http only to hosts the platform allows). Addresses
+	// in loopback, private, link-local and metadata ranges are refused unless
+	// the platform allows them, when the URL is set and on every connection.
+	Url *string `json:"url,omitempty"`
+}
 
 // BadRequest An error: google.rpc.Status, the same body for every failed call. details always holds a google.rpc.ErrorInfo (domain gpuplane.dev, a stable reason such as QUOTA_EXCEEDED); bad input adds a google.rpc.BadRequest with field violations, retryable errors a google.rpc.RetryInfo.
 type BadRequest = Status
@@ -957,6 +1173,23 @@ type CreateRequestParams struct {
 	RequestId *string `form:"requestId,omitempty" json:"requestId,omitempty"`
 }
 
+// WatchRequestsParams defines parameters for WatchRequests.
+type WatchRequestsParams struct {
+	// Team teams/{team}: only this team's requests.
+	Team *string `form:"team,omitempty" json:"team,omitempty"`
+
+	// Department departments/{department}: only requests of its teams.
+	Department *string `form:"department,omitempty" json:"department,omitempty"`
+
+	// States Only requests in these states (before or after the change); empty: all.
+	States *[]RequestState `form:"states,omitempty" json:"states,omitempty"`
+
+	// ResumePosition Resume after this position; unset: start with the current state. The
+	// current state is the requests matching the filter, newest first, at
+	// most 1000 (older ones only appear when they change).
+	ResumePosition *string `form:"resumePosition,omitempty" json:"resumePosition,omitempty"`
+}
+
 // ListTeamsParams defines parameters for ListTeams.
 type ListTeamsParams struct {
 	// PageSize Default 50, at most 500.
@@ -1050,6 +1283,55 @@ type GetVirtualClusterKubeconfigParams struct {
 	ApiEndpoint *string `form:"apiEndpoint,omitempty" json:"apiEndpoint,omitempty"`
 }
 
+// WatchVirtualClustersParams defines parameters for WatchVirtualClusters.
+type WatchVirtualClustersParams struct {
+	// Department departments/{department}: only virtual clusters of its teams.
+	Department *string `form:"department,omitempty" json:"department,omitempty"`
+
+	// Phases Only virtual clusters in these phases (before or after the change, so
+	// a watcher learns that one left the set); empty: all.
+	Phases *[]VirtualClusterStatusPhase `form:"phases,omitempty" json:"phases,omitempty"`
+
+	// ResumePosition Resume after this position (from SYNCED, CHANGED or HEARTBEAT); unset:
+	// start with the current state.
+	ResumePosition *string `form:"resumePosition,omitempty" json:"resumePosition,omitempty"`
+}
+
+// ListWebhookSubscriptionsParams defines parameters for ListWebhookSubscriptions.
+type ListWebhookSubscriptionsParams struct {
+	PageSize  *int32  `form:"pageSize,omitempty" json:"pageSize,omitempty"`
+	PageToken *string `form:"pageToken,omitempty" json:"pageToken,omitempty"`
+
+	// Filter Fields: team, department, disabled. Example: team = "teams/team-a"
+	Filter *string `form:"filter,omitempty" json:"filter,omitempty"`
+}
+
+// CreateWebhookSubscriptionParams defines parameters for CreateWebhookSubscription.
+type CreateWebhookSubscriptionParams struct {
+	WebhookSubscriptionId *string `form:"webhookSubscriptionId,omitempty" json:"webhookSubscriptionId,omitempty"`
+	RequestId             *string `form:"requestId,omitempty" json:"requestId,omitempty"`
+}
+
+// DeleteWebhookSubscriptionParams defines parameters for DeleteWebhookSubscription.
+type DeleteWebhookSubscriptionParams struct {
+	Etag *string `form:"etag,omitempty" json:"etag,omitempty"`
+}
+
+// UpdateWebhookSubscriptionParams defines parameters for UpdateWebhookSubscription.
+type UpdateWebhookSubscriptionParams struct {
+	// UpdateMask Paths: displayName, url, eventTypes, disabled.
+	UpdateMask *string `form:"updateMask,omitempty" json:"updateMask,omitempty"`
+}
+
+// ListWebhookDeliveriesParams defines parameters for ListWebhookDeliveries.
+type ListWebhookDeliveriesParams struct {
+	PageSize  *int32  `form:"pageSize,omitempty" json:"pageSize,omitempty"`
+	PageToken *string `form:"pageToken,omitempty" json:"pageToken,omitempty"`
+
+	// Filter Fields: state, eventType, resource. Example: state = FAILED
+	Filter *string `form:"filter,omitempty" json:"filter,omitempty"`
+}
+
 // CreateApprovalPolicyJSONRequestBody defines body for CreateApprovalPolicy for application/json ContentType.
 type CreateApprovalPolicyJSONRequestBody = ApprovalPolicy
 
@@ -1091,6 +1373,18 @@ type CreateMemberJSONRequestBody = Member
 
 // UpdateMemberJSONRequestBody defines body for UpdateMember for application/json ContentType.
 type UpdateMemberJSONRequestBody = MemberUpdate
+
+// CreateWebhookSubscriptionJSONRequestBody defines body for CreateWebhookSubscription for application/json ContentType.
+type CreateWebhookSubscriptionJSONRequestBody = WebhookSubscription
+
+// UpdateWebhookSubscriptionJSONRequestBody defines body for UpdateWebhookSubscription for application/json ContentType.
+type UpdateWebhookSubscriptionJSONRequestBody = WebhookSubscription
+
+// RedeliverWebhookDeliveryJSONRequestBody defines body for RedeliverWebhookDelivery for application/json ContentType.
+type RedeliverWebhookDeliveryJSONRequestBody = RedeliverWebhookDeliveryBody
+
+// RotateWebhookSecretJSONRequestBody defines body for RotateWebhookSecret for application/json ContentType.
+type RotateWebhookSecretJSONRequestBody = RotateWebhookSecretBody
 
 // Getter for additional properties for Status_Details_Item. Returns the specified
 // element and whether it was found
@@ -1456,6 +1750,11 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/requests:checkFit (the `CheckFit` operationId).
 	CheckFit(ctx context.Context, body CheckFitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// WatchRequests Watch the requests the caller may read.
+	//
+	// Corresponds with GET /v1/requests:watch (the `WatchRequests` operationId).
+	WatchRequests(ctx context.Context, params *WatchRequestsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListTeams List the teams the caller may read.
 	//
 	// Corresponds with GET /v1/teams (the `ListTeams` operationId).
@@ -1573,6 +1872,11 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/teams/{team}/virtualClusters/{virtualCluster}:kubeconfig (the `GetVirtualClusterKubeconfig` operationId).
 	GetVirtualClusterKubeconfig(ctx context.Context, team string, virtualCluster string, params *GetVirtualClusterKubeconfigParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// WatchVirtualClusters Watch a team's virtual clusters (or every readable team's, team "-").
+	//
+	// Corresponds with GET /v1/teams/{team}/virtualClusters:watch (the `WatchVirtualClusters` operationId).
+	WatchVirtualClusters(ctx context.Context, team string, params *WatchVirtualClustersParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetCurrentUser Who the caller is, and what it may do.
 	//
 	// The token's subject, username and groups as the server verified them,
@@ -1581,6 +1885,92 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/users/me (the `GetCurrentUser` operationId).
 	GetCurrentUser(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListWebhookSubscriptions List the webhook subscriptions the caller may read.
+	//
+	// Corresponds with GET /v1/webhookSubscriptions (the `ListWebhookSubscriptions` operationId).
+	ListWebhookSubscriptions(ctx context.Context, params *ListWebhookSubscriptionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateWebhookSubscriptionWithBody Create a webhook subscription.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/webhookSubscriptions (the `CreateWebhookSubscription` operationId).
+	CreateWebhookSubscriptionWithBody(ctx context.Context, params *CreateWebhookSubscriptionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateWebhookSubscription Create a webhook subscription.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/webhookSubscriptions (the `CreateWebhookSubscription` operationId).
+	CreateWebhookSubscription(ctx context.Context, params *CreateWebhookSubscriptionParams, body CreateWebhookSubscriptionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteWebhookSubscription Delete a webhook subscription.
+	//
+	// Corresponds with DELETE /v1/webhookSubscriptions/{webhookSubscription} (the `DeleteWebhookSubscription` operationId).
+	DeleteWebhookSubscription(ctx context.Context, webhookSubscription string, params *DeleteWebhookSubscriptionParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetWebhookSubscription Get a webhook subscription.
+	//
+	// Corresponds with GET /v1/webhookSubscriptions/{webhookSubscription} (the `GetWebhookSubscription` operationId).
+	GetWebhookSubscription(ctx context.Context, webhookSubscription string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateWebhookSubscriptionWithBody Update a webhook subscription.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /v1/webhookSubscriptions/{webhookSubscription} (the `UpdateWebhookSubscription` operationId).
+	UpdateWebhookSubscriptionWithBody(ctx context.Context, webhookSubscription string, params *UpdateWebhookSubscriptionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// UpdateWebhookSubscription Update a webhook subscription.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /v1/webhookSubscriptions/{webhookSubscription} (the `UpdateWebhookSubscription` operationId).
+	UpdateWebhookSubscription(ctx context.Context, webhookSubscription string, params *UpdateWebhookSubscriptionParams, body UpdateWebhookSubscriptionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListWebhookDeliveries The delivery log, newest first.
+	//
+	// Corresponds with GET /v1/webhookSubscriptions/{webhookSubscription}/deliveries (the `ListWebhookDeliveries` operationId).
+	ListWebhookDeliveries(ctx context.Context, webhookSubscription string, params *ListWebhookDeliveriesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RedeliverWebhookDeliveryWithBody Redeliver a webhook delivery.
+	//
+	// Sends a delivery again (same event id), whatever its state.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/webhookSubscriptions/{webhookSubscription}/deliveries/{delivery}:redeliver (the `RedeliverWebhookDelivery` operationId).
+	RedeliverWebhookDeliveryWithBody(ctx context.Context, webhookSubscription string, delivery string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RedeliverWebhookDelivery Redeliver a webhook delivery.
+	//
+	// Sends a delivery again (same event id), whatever its state.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/webhookSubscriptions/{webhookSubscription}/deliveries/{delivery}:redeliver (the `RedeliverWebhookDelivery` operationId).
+	RedeliverWebhookDelivery(ctx context.Context, webhookSubscription string, delivery string, body RedeliverWebhookDeliveryJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RotateWebhookSecretWithBody Rotate the signing secret.
+	//
+	// A new signing secret; the previous one keeps signing for
+	// previousSecretTtl (default 24h).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/webhookSubscriptions/{webhookSubscription}:rotateSecret (the `RotateWebhookSecret` operationId).
+	RotateWebhookSecretWithBody(ctx context.Context, webhookSubscription string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RotateWebhookSecret Rotate the signing secret.
+	//
+	// A new signing secret; the previous one keeps signing for
+	// previousSecretTtl (default 24h).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/webhookSubscriptions/{webhookSubscription}:rotateSecret (the `RotateWebhookSecret` operationId).
+	RotateWebhookSecret(ctx context.Context, webhookSubscription string, body RotateWebhookSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // ListApprovalPolicies List approval policies in evaluation order.
@@ -2097,6 +2487,21 @@ func (c *Client) CheckFit(ctx context.Context, body CheckFitJSONRequestBody, req
 	return c.Client.Do(req)
 }
 
+// WatchRequests Watch the requests the caller may read.
+//
+// Corresponds with GET /v1/requests:watch (the `WatchRequests` operationId).
+func (c *Client) WatchRequests(ctx context.Context, params *WatchRequestsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWatchRequestsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListTeams List the teams the caller may read.
 //
 // Corresponds with GET /v1/teams (the `ListTeams` operationId).
@@ -2384,6 +2789,21 @@ func (c *Client) GetVirtualClusterKubeconfig(ctx context.Context, team string, v
 	return c.Client.Do(req)
 }
 
+// WatchVirtualClusters Watch a team's virtual clusters (or every readable team's, team "-").
+//
+// Corresponds with GET /v1/teams/{team}/virtualClusters:watch (the `WatchVirtualClusters` operationId).
+func (c *Client) WatchVirtualClusters(ctx context.Context, team string, params *WatchVirtualClustersParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewWatchVirtualClustersRequest(c.Server, team, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetCurrentUser Who the caller is, and what it may do.
 //
 // The token's subject, username and groups as the server verified them,
@@ -2393,6 +2813,212 @@ func (c *Client) GetVirtualClusterKubeconfig(ctx context.Context, team string, v
 // Corresponds with GET /v1/users/me (the `GetCurrentUser` operationId).
 func (c *Client) GetCurrentUser(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetCurrentUserRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListWebhookSubscriptions List the webhook subscriptions the caller may read.
+//
+// Corresponds with GET /v1/webhookSubscriptions (the `ListWebhookSubscriptions` operationId).
+func (c *Client) ListWebhookSubscriptions(ctx context.Context, params *ListWebhookSubscriptionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListWebhookSubscriptionsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateWebhookSubscriptionWithBody Create a webhook subscription.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/webhookSubscriptions (the `CreateWebhookSubscription` operationId).
+func (c *Client) CreateWebhookSubscriptionWithBody(ctx context.Context, params *CreateWebhookSubscriptionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateWebhookSubscriptionRequestWithBody(c.Server, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateWebhookSubscription Create a webhook subscription.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/webhookSubscriptions (the `CreateWebhookSubscription` operationId).
+func (c *Client) CreateWebhookSubscription(ctx context.Context, params *CreateWebhookSubscriptionParams, body CreateWebhookSubscriptionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateWebhookSubscriptionRequest(c.Server, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteWebhookSubscription Delete a webhook subscription.
+//
+// Corresponds with DELETE /v1/webhookSubscriptions/{webhookSubscription} (the `DeleteWebhookSubscription` operationId).
+func (c *Client) DeleteWebhookSubscription(ctx context.Context, webhookSubscription string, params *DeleteWebhookSubscriptionParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteWebhookSubscriptionRequest(c.Server, webhookSubscription, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetWebhookSubscription Get a webhook subscription.
+//
+// Corresponds with GET /v1/webhookSubscriptions/{webhookSubscription} (the `GetWebhookSubscription` operationId).
+func (c *Client) GetWebhookSubscription(ctx context.Context, webhookSubscription string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetWebhookSubscriptionRequest(c.Server, webhookSubscription)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateWebhookSubscriptionWithBody Update a webhook subscription.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /v1/webhookSubscriptions/{webhookSubscription} (the `UpdateWebhookSubscription` operationId).
+func (c *Client) UpdateWebhookSubscriptionWithBody(ctx context.Context, webhookSubscription string, params *UpdateWebhookSubscriptionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateWebhookSubscriptionRequestWithBody(c.Server, webhookSubscription, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// UpdateWebhookSubscription Update a webhook subscription.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /v1/webhookSubscriptions/{webhookSubscription} (the `UpdateWebhookSubscription` operationId).
+func (c *Client) UpdateWebhookSubscription(ctx context.Context, webhookSubscription string, params *UpdateWebhookSubscriptionParams, body UpdateWebhookSubscriptionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUpdateWebhookSubscriptionRequest(c.Server, webhookSubscription, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListWebhookDeliveries The delivery log, newest first.
+//
+// Corresponds with GET /v1/webhookSubscriptions/{webhookSubscription}/deliveries (the `ListWebhookDeliveries` operationId).
+func (c *Client) ListWebhookDeliveries(ctx context.Context, webhookSubscription string, params *ListWebhookDeliveriesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListWebhookDeliveriesRequest(c.Server, webhookSubscription, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RedeliverWebhookDeliveryWithBody Redeliver a webhook delivery.
+//
+// Sends a delivery again (same event id), whatever its state.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/webhookSubscriptions/{webhookSubscription}/deliveries/{delivery}:redeliver (the `RedeliverWebhookDelivery` operationId).
+func (c *Client) RedeliverWebhookDeliveryWithBody(ctx context.Context, webhookSubscription string, delivery string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRedeliverWebhookDeliveryRequestWithBody(c.Server, webhookSubscription, delivery, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RedeliverWebhookDelivery Redeliver a webhook delivery.
+//
+// Sends a delivery again (same event id), whatever its state.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/webhookSubscriptions/{webhookSubscription}/deliveries/{delivery}:redeliver (the `RedeliverWebhookDelivery` operationId).
+func (c *Client) RedeliverWebhookDelivery(ctx context.Context, webhookSubscription string, delivery string, body RedeliverWebhookDeliveryJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRedeliverWebhookDeliveryRequest(c.Server, webhookSubscription, delivery, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RotateWebhookSecretWithBody Rotate the signing secret.
+//
+// A new signing secret; the previous one keeps signing for
+// previousSecretTtl (default 24h).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/webhookSubscriptions/{webhookSubscription}:rotateSecret (the `RotateWebhookSecret` operationId).
+func (c *Client) RotateWebhookSecretWithBody(ctx context.Context, webhookSubscription string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRotateWebhookSecretRequestWithBody(c.Server, webhookSubscription, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RotateWebhookSecret Rotate the signing secret.
+//
+// A new signing secret; the previous one keeps signing for
+// previousSecretTtl (default 24h).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/webhookSubscriptions/{webhookSubscription}:rotateSecret (the `RotateWebhookSecret` operationId).
+func (c *Client) RotateWebhookSecret(ctx context.Context, webhookSubscription string, body RotateWebhookSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRotateWebhookSecretRequest(c.Server, webhookSubscription, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3520,6 +4146,96 @@ func NewCheckFitRequestWithBody(server string, contentType string, body io.Reade
 	return req, nil
 }
 
+// NewWatchRequestsRequest constructs an http.Request for the WatchRequests method
+func NewWatchRequestsRequest(server string, params *WatchRequestsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/requests:watch")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Team != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "team", *params.Team, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Department != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "department", *params.Department, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.States != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "states", *params.States, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.ResumePosition != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "resumePosition", *params.ResumePosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListTeamsRequest constructs an http.Request for the ListTeams method
 func NewListTeamsRequest(server string, params *ListTeamsParams) (*http.Request, error) {
 	var err error
@@ -4409,6 +5125,91 @@ func NewGetVirtualClusterKubeconfigRequest(server string, team string, virtualCl
 	return req, nil
 }
 
+// NewWatchVirtualClustersRequest constructs an http.Request for the WatchVirtualClusters method
+func NewWatchVirtualClustersRequest(server string, team string, params *WatchVirtualClustersParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "team", team, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/teams/%s/virtualClusters:watch", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Department != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "department", *params.Department, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Phases != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "phases", *params.Phases, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.ResumePosition != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "resumePosition", *params.ResumePosition, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetCurrentUserRequest constructs an http.Request for the GetCurrentUser method
 func NewGetCurrentUserRequest(server string) (*http.Request, error) {
 	var err error
@@ -4432,6 +5233,518 @@ func NewGetCurrentUserRequest(server string) (*http.Request, error) {
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewListWebhookSubscriptionsRequest constructs an http.Request for the ListWebhookSubscriptions method
+func NewListWebhookSubscriptionsRequest(server string, params *ListWebhookSubscriptionsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/webhookSubscriptions")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.PageSize != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "pageSize", *params.PageSize, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int32"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.PageToken != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "pageToken", *params.PageToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Filter != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "filter", *params.Filter, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateWebhookSubscriptionRequest calls the generic CreateWebhookSubscription builder with application/json body
+func NewCreateWebhookSubscriptionRequest(server string, params *CreateWebhookSubscriptionParams, body CreateWebhookSubscriptionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateWebhookSubscriptionRequestWithBody(server, params, "application/json", bodyReader)
+}
+
+// NewCreateWebhookSubscriptionRequestWithBody constructs an http.Request for the CreateWebhookSubscription method, with any body, and a specified content type
+func NewCreateWebhookSubscriptionRequestWithBody(server string, params *CreateWebhookSubscriptionParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/webhookSubscriptions")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.WebhookSubscriptionId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "webhookSubscriptionId", *params.WebhookSubscriptionId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.RequestId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "requestId", *params.RequestId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDeleteWebhookSubscriptionRequest constructs an http.Request for the DeleteWebhookSubscription method
+func NewDeleteWebhookSubscriptionRequest(server string, webhookSubscription string, params *DeleteWebhookSubscriptionParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "webhookSubscription", webhookSubscription, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/webhookSubscriptions/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Etag != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "etag", *params.Etag, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetWebhookSubscriptionRequest constructs an http.Request for the GetWebhookSubscription method
+func NewGetWebhookSubscriptionRequest(server string, webhookSubscription string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "webhookSubscription", webhookSubscription, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/webhookSubscriptions/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewUpdateWebhookSubscriptionRequest calls the generic UpdateWebhookSubscription builder with application/json body
+func NewUpdateWebhookSubscriptionRequest(server string, webhookSubscription string, params *UpdateWebhookSubscriptionParams, body UpdateWebhookSubscriptionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewUpdateWebhookSubscriptionRequestWithBody(server, webhookSubscription, params, "application/json", bodyReader)
+}
+
+// NewUpdateWebhookSubscriptionRequestWithBody constructs an http.Request for the UpdateWebhookSubscription method, with any body, and a specified content type
+func NewUpdateWebhookSubscriptionRequestWithBody(server string, webhookSubscription string, params *UpdateWebhookSubscriptionParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "webhookSubscription", webhookSubscription, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/webhookSubscriptions/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.UpdateMask != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "updateMask", *params.UpdateMask, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListWebhookDeliveriesRequest constructs an http.Request for the ListWebhookDeliveries method
+func NewListWebhookDeliveriesRequest(server string, webhookSubscription string, params *ListWebhookDeliveriesParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "webhookSubscription", webhookSubscription, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/webhookSubscriptions/%s/deliveries", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.PageSize != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "pageSize", *params.PageSize, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int32"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.PageToken != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "pageToken", *params.PageToken, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Filter != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "filter", *params.Filter, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRedeliverWebhookDeliveryRequest calls the generic RedeliverWebhookDelivery builder with application/json body
+func NewRedeliverWebhookDeliveryRequest(server string, webhookSubscription string, delivery string, body RedeliverWebhookDeliveryJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRedeliverWebhookDeliveryRequestWithBody(server, webhookSubscription, delivery, "application/json", bodyReader)
+}
+
+// NewRedeliverWebhookDeliveryRequestWithBody constructs an http.Request for the RedeliverWebhookDelivery method, with any body, and a specified content type
+func NewRedeliverWebhookDeliveryRequestWithBody(server string, webhookSubscription string, delivery string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "webhookSubscription", webhookSubscription, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "delivery", delivery, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/webhookSubscriptions/%s/deliveries/%s:redeliver", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRotateWebhookSecretRequest calls the generic RotateWebhookSecret builder with application/json body
+func NewRotateWebhookSecretRequest(server string, webhookSubscription string, body RotateWebhookSecretJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRotateWebhookSecretRequestWithBody(server, webhookSubscription, "application/json", bodyReader)
+}
+
+// NewRotateWebhookSecretRequestWithBody constructs an http.Request for the RotateWebhookSecret method, with any body, and a specified content type
+func NewRotateWebhookSecretRequestWithBody(server string, webhookSubscription string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "webhookSubscription", webhookSubscription, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/webhookSubscriptions/%s:rotateSecret", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -4722,6 +6035,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/requests:checkFit (the `CheckFit` operationId).
 	CheckFitWithResponse(ctx context.Context, body CheckFitJSONRequestBody, reqEditors ...RequestEditorFn) (*CheckFitResponse, error)
 
+	// WatchRequestsWithResponse Watch the requests the caller may read.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/requests:watch (the `WatchRequests` operationId).
+	WatchRequestsWithResponse(ctx context.Context, params *WatchRequestsParams, reqEditors ...RequestEditorFn) (*WatchRequestsResponse, error)
+
 	// ListTeamsWithResponse List the teams the caller may read.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -4857,6 +6177,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/teams/{team}/virtualClusters/{virtualCluster}:kubeconfig (the `GetVirtualClusterKubeconfig` operationId).
 	GetVirtualClusterKubeconfigWithResponse(ctx context.Context, team string, virtualCluster string, params *GetVirtualClusterKubeconfigParams, reqEditors ...RequestEditorFn) (*GetVirtualClusterKubeconfigResponse, error)
 
+	// WatchVirtualClustersWithResponse Watch a team's virtual clusters (or every readable team's, team "-").
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/teams/{team}/virtualClusters:watch (the `WatchVirtualClusters` operationId).
+	WatchVirtualClustersWithResponse(ctx context.Context, team string, params *WatchVirtualClustersParams, reqEditors ...RequestEditorFn) (*WatchVirtualClustersResponse, error)
+
 	// GetCurrentUserWithResponse Who the caller is, and what it may do.
 	//
 	// The token's subject, username and groups as the server verified them,
@@ -4867,6 +6194,100 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/users/me (the `GetCurrentUser` operationId).
 	GetCurrentUserWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetCurrentUserResponse, error)
+
+	// ListWebhookSubscriptionsWithResponse List the webhook subscriptions the caller may read.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/webhookSubscriptions (the `ListWebhookSubscriptions` operationId).
+	ListWebhookSubscriptionsWithResponse(ctx context.Context, params *ListWebhookSubscriptionsParams, reqEditors ...RequestEditorFn) (*ListWebhookSubscriptionsResponse, error)
+
+	// CreateWebhookSubscriptionWithBodyWithResponse Create a webhook subscription.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/webhookSubscriptions (the `CreateWebhookSubscription` operationId).
+	CreateWebhookSubscriptionWithBodyWithResponse(ctx context.Context, params *CreateWebhookSubscriptionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateWebhookSubscriptionResponse, error)
+
+	// CreateWebhookSubscriptionWithResponse Create a webhook subscription.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/webhookSubscriptions (the `CreateWebhookSubscription` operationId).
+	CreateWebhookSubscriptionWithResponse(ctx context.Context, params *CreateWebhookSubscriptionParams, body CreateWebhookSubscriptionJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateWebhookSubscriptionResponse, error)
+
+	// DeleteWebhookSubscriptionWithResponse Delete a webhook subscription.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/webhookSubscriptions/{webhookSubscription} (the `DeleteWebhookSubscription` operationId).
+	DeleteWebhookSubscriptionWithResponse(ctx context.Context, webhookSubscription string, params *DeleteWebhookSubscriptionParams, reqEditors ...RequestEditorFn) (*DeleteWebhookSubscriptionResponse, error)
+
+	// GetWebhookSubscriptionWithResponse Get a webhook subscription.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/webhookSubscriptions/{webhookSubscription} (the `GetWebhookSubscription` operationId).
+	GetWebhookSubscriptionWithResponse(ctx context.Context, webhookSubscription string, reqEditors ...RequestEditorFn) (*GetWebhookSubscriptionResponse, error)
+
+	// UpdateWebhookSubscriptionWithBodyWithResponse Update a webhook subscription.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /v1/webhookSubscriptions/{webhookSubscription} (the `UpdateWebhookSubscription` operationId).
+	UpdateWebhookSubscriptionWithBodyWithResponse(ctx context.Context, webhookSubscription string, params *UpdateWebhookSubscriptionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateWebhookSubscriptionResponse, error)
+
+	// UpdateWebhookSubscriptionWithResponse Update a webhook subscription.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /v1/webhookSubscriptions/{webhookSubscription} (the `UpdateWebhookSubscription` operationId).
+	UpdateWebhookSubscriptionWithResponse(ctx context.Context, webhookSubscription string, params *UpdateWebhookSubscriptionParams, body UpdateWebhookSubscriptionJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateWebhookSubscriptionResponse, error)
+
+	// ListWebhookDeliveriesWithResponse The delivery log, newest first.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/webhookSubscriptions/{webhookSubscription}/deliveries (the `ListWebhookDeliveries` operationId).
+	ListWebhookDeliveriesWithResponse(ctx context.Context, webhookSubscription string, params *ListWebhookDeliveriesParams, reqEditors ...RequestEditorFn) (*ListWebhookDeliveriesResponse, error)
+
+	// RedeliverWebhookDeliveryWithBodyWithResponse Redeliver a webhook delivery.
+	//
+	// Sends a delivery again (same event id), whatever its state.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/webhookSubscriptions/{webhookSubscription}/deliveries/{delivery}:redeliver (the `RedeliverWebhookDelivery` operationId).
+	RedeliverWebhookDeliveryWithBodyWithResponse(ctx context.Context, webhookSubscription string, delivery string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RedeliverWebhookDeliveryResponse, error)
+
+	// RedeliverWebhookDeliveryWithResponse Redeliver a webhook delivery.
+	//
+	// Sends a delivery again (same event id), whatever its state.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/webhookSubscriptions/{webhookSubscription}/deliveries/{delivery}:redeliver (the `RedeliverWebhookDelivery` operationId).
+	RedeliverWebhookDeliveryWithResponse(ctx context.Context, webhookSubscription string, delivery string, body RedeliverWebhookDeliveryJSONRequestBody, reqEditors ...RequestEditorFn) (*RedeliverWebhookDeliveryResponse, error)
+
+	// RotateWebhookSecretWithBodyWithResponse Rotate the signing secret.
+	//
+	// A new signing secret; the previous one keeps signing for
+	// previousSecretTtl (default 24h).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/webhookSubscriptions/{webhookSubscription}:rotateSecret (the `RotateWebhookSecret` operationId).
+	RotateWebhookSecretWithBodyWithResponse(ctx context.Context, webhookSubscription string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RotateWebhookSecretResponse, error)
+
+	// RotateWebhookSecretWithResponse Rotate the signing secret.
+	//
+	// A new signing secret; the previous one keeps signing for
+	// previousSecretTtl (default 24h).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/webhookSubscriptions/{webhookSubscription}:rotateSecret (the `RotateWebhookSecret` operationId).
+	RotateWebhookSecretWithResponse(ctx context.Context, webhookSubscription string, body RotateWebhookSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*RotateWebhookSecretResponse, error)
 }
 
 type ListApprovalPoliciesResponse struct {
@@ -6292,6 +7713,97 @@ func (r CheckFitResponse) ContentType() string {
 	return ""
 }
 
+type WatchRequestsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		// Error An error: google.rpc.Status, the same body for every failed call. details always holds a google.rpc.ErrorInfo (domain gpuplane.dev, a stable reason such as QUOTA_EXCEEDED); bad input adds a google.rpc.BadRequest with field violations, retryable errors a google.rpc.RetryInfo.
+		Error  *Status       `json:"error,omitempty"`
+		Result *RequestEvent `json:"result,omitempty"`
+	}
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthenticated
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *PermissionDenied
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r WatchRequestsResponse) GetJSON200() *struct {
+	// Error An error: google.rpc.Status, the same body for every failed call. details always holds a google.rpc.ErrorInfo (domain gpuplane.dev, a stable reason such as QUOTA_EXCEEDED); bad input adds a google.rpc.BadRequest with field violations, retryable errors a google.rpc.RetryInfo.
+	Error  *Status       `json:"error,omitempty"`
+	Result *RequestEvent `json:"result,omitempty"`
+} {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r WatchRequestsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r WatchRequestsResponse) GetJSON401() *Unauthenticated {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r WatchRequestsResponse) GetJSON403() *PermissionDenied {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r WatchRequestsResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r WatchRequestsResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r WatchRequestsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r WatchRequestsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r WatchRequestsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r WatchRequestsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r WatchRequestsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListTeamsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -7273,6 +8785,97 @@ func (r GetVirtualClusterKubeconfigResponse) ContentType() string {
 	return ""
 }
 
+type WatchVirtualClustersResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		// Error An error: google.rpc.Status, the same body for every failed call. details always holds a google.rpc.ErrorInfo (domain gpuplane.dev, a stable reason such as QUOTA_EXCEEDED); bad input adds a google.rpc.BadRequest with field violations, retryable errors a google.rpc.RetryInfo.
+		Error  *Status              `json:"error,omitempty"`
+		Result *VirtualClusterEvent `json:"result,omitempty"`
+	}
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthenticated
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *PermissionDenied
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r WatchVirtualClustersResponse) GetJSON200() *struct {
+	// Error An error: google.rpc.Status, the same body for every failed call. details always holds a google.rpc.ErrorInfo (domain gpuplane.dev, a stable reason such as QUOTA_EXCEEDED); bad input adds a google.rpc.BadRequest with field violations, retryable errors a google.rpc.RetryInfo.
+	Error  *Status              `json:"error,omitempty"`
+	Result *VirtualClusterEvent `json:"result,omitempty"`
+} {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r WatchVirtualClustersResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r WatchVirtualClustersResponse) GetJSON401() *Unauthenticated {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r WatchVirtualClustersResponse) GetJSON403() *PermissionDenied {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r WatchVirtualClustersResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r WatchVirtualClustersResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r WatchVirtualClustersResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r WatchVirtualClustersResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r WatchVirtualClustersResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r WatchVirtualClustersResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r WatchVirtualClustersResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetCurrentUserResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -7322,6 +8925,621 @@ func (r GetCurrentUserResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetCurrentUserResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListWebhookSubscriptionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ListWebhookSubscriptionsPage
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthenticated
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListWebhookSubscriptionsResponse) GetJSON200() *ListWebhookSubscriptionsPage {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListWebhookSubscriptionsResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListWebhookSubscriptionsResponse) GetJSON401() *Unauthenticated {
+	return r.JSON401
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListWebhookSubscriptionsResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListWebhookSubscriptionsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListWebhookSubscriptionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListWebhookSubscriptionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListWebhookSubscriptionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateWebhookSubscriptionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WebhookSubscription
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthenticated
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *PermissionDenied
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CreateWebhookSubscriptionResponse) GetJSON200() *WebhookSubscription {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r CreateWebhookSubscriptionResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r CreateWebhookSubscriptionResponse) GetJSON401() *Unauthenticated {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r CreateWebhookSubscriptionResponse) GetJSON403() *PermissionDenied {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r CreateWebhookSubscriptionResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r CreateWebhookSubscriptionResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r CreateWebhookSubscriptionResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateWebhookSubscriptionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateWebhookSubscriptionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateWebhookSubscriptionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateWebhookSubscriptionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DeleteWebhookSubscriptionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *map[string]interface{}
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthenticated
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *PermissionDenied
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r DeleteWebhookSubscriptionResponse) GetJSON200() *map[string]interface{} {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r DeleteWebhookSubscriptionResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r DeleteWebhookSubscriptionResponse) GetJSON401() *Unauthenticated {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r DeleteWebhookSubscriptionResponse) GetJSON403() *PermissionDenied {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r DeleteWebhookSubscriptionResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r DeleteWebhookSubscriptionResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r DeleteWebhookSubscriptionResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r DeleteWebhookSubscriptionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteWebhookSubscriptionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteWebhookSubscriptionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteWebhookSubscriptionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetWebhookSubscriptionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WebhookSubscription
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthenticated
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetWebhookSubscriptionResponse) GetJSON200() *WebhookSubscription {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r GetWebhookSubscriptionResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r GetWebhookSubscriptionResponse) GetJSON401() *Unauthenticated {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r GetWebhookSubscriptionResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r GetWebhookSubscriptionResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r GetWebhookSubscriptionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetWebhookSubscriptionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetWebhookSubscriptionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetWebhookSubscriptionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type UpdateWebhookSubscriptionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WebhookSubscription
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthenticated
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *PermissionDenied
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r UpdateWebhookSubscriptionResponse) GetJSON200() *WebhookSubscription {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r UpdateWebhookSubscriptionResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r UpdateWebhookSubscriptionResponse) GetJSON401() *Unauthenticated {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r UpdateWebhookSubscriptionResponse) GetJSON403() *PermissionDenied {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r UpdateWebhookSubscriptionResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r UpdateWebhookSubscriptionResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r UpdateWebhookSubscriptionResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r UpdateWebhookSubscriptionResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r UpdateWebhookSubscriptionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r UpdateWebhookSubscriptionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r UpdateWebhookSubscriptionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListWebhookDeliveriesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ListWebhookDeliveriesPage
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthenticated
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListWebhookDeliveriesResponse) GetJSON200() *ListWebhookDeliveriesPage {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ListWebhookDeliveriesResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ListWebhookDeliveriesResponse) GetJSON401() *Unauthenticated {
+	return r.JSON401
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ListWebhookDeliveriesResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r ListWebhookDeliveriesResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r ListWebhookDeliveriesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListWebhookDeliveriesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListWebhookDeliveriesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListWebhookDeliveriesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RedeliverWebhookDeliveryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WebhookDelivery
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthenticated
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *PermissionDenied
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RedeliverWebhookDeliveryResponse) GetJSON200() *WebhookDelivery {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r RedeliverWebhookDeliveryResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r RedeliverWebhookDeliveryResponse) GetJSON401() *Unauthenticated {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r RedeliverWebhookDeliveryResponse) GetJSON403() *PermissionDenied {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r RedeliverWebhookDeliveryResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r RedeliverWebhookDeliveryResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r RedeliverWebhookDeliveryResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RedeliverWebhookDeliveryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RedeliverWebhookDeliveryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RedeliverWebhookDeliveryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RedeliverWebhookDeliveryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type RotateWebhookSecretResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *WebhookSubscription
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *BadRequest
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *Unauthenticated
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *PermissionDenied
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *NotFound
+	// JSON409 the response for an HTTP 409 `application/json` response
+	JSON409 *Conflict
+	// JSONDefault the response for an HTTP default `application/json` response
+	JSONDefault *Error
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RotateWebhookSecretResponse) GetJSON200() *WebhookSubscription {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r RotateWebhookSecretResponse) GetJSON400() *BadRequest {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r RotateWebhookSecretResponse) GetJSON401() *Unauthenticated {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r RotateWebhookSecretResponse) GetJSON403() *PermissionDenied {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r RotateWebhookSecretResponse) GetJSON404() *NotFound {
+	return r.JSON404
+}
+
+// GetJSON409 returns the response for an HTTP 409 `application/json` response
+func (r RotateWebhookSecretResponse) GetJSON409() *Conflict {
+	return r.JSON409
+}
+
+// GetJSONDefault returns the response for an HTTP default `application/json` response
+func (r RotateWebhookSecretResponse) GetJSONDefault() *Error {
+	return r.JSONDefault
+}
+
+// GetBody returns the raw response body bytes
+func (r RotateWebhookSecretResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RotateWebhookSecretResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RotateWebhookSecretResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RotateWebhookSecretResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -7744,6 +9962,19 @@ func (c *ClientWithResponses) CheckFitWithResponse(ctx context.Context, body Che
 	return ParseCheckFitResponse(rsp)
 }
 
+// WatchRequestsWithResponse Watch the requests the caller may read.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/requests:watch (the `WatchRequests` operationId).
+func (c *ClientWithResponses) WatchRequestsWithResponse(ctx context.Context, params *WatchRequestsParams, reqEditors ...RequestEditorFn) (*WatchRequestsResponse, error) {
+	rsp, err := c.WatchRequests(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWatchRequestsResponse(rsp)
+}
+
 // ListTeamsWithResponse List the teams the caller may read.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -7981,6 +10212,19 @@ func (c *ClientWithResponses) GetVirtualClusterKubeconfigWithResponse(ctx contex
 	return ParseGetVirtualClusterKubeconfigResponse(rsp)
 }
 
+// WatchVirtualClustersWithResponse Watch a team's virtual clusters (or every readable team's, team "-").
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/teams/{team}/virtualClusters:watch (the `WatchVirtualClusters` operationId).
+func (c *ClientWithResponses) WatchVirtualClustersWithResponse(ctx context.Context, team string, params *WatchVirtualClustersParams, reqEditors ...RequestEditorFn) (*WatchVirtualClustersResponse, error) {
+	rsp, err := c.WatchVirtualClusters(ctx, team, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseWatchVirtualClustersResponse(rsp)
+}
+
 // GetCurrentUserWithResponse Who the caller is, and what it may do.
 //
 // The token's subject, username and groups as the server verified them,
@@ -7996,6 +10240,172 @@ func (c *ClientWithResponses) GetCurrentUserWithResponse(ctx context.Context, re
 		return nil, err
 	}
 	return ParseGetCurrentUserResponse(rsp)
+}
+
+// ListWebhookSubscriptionsWithResponse List the webhook subscriptions the caller may read.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/webhookSubscriptions (the `ListWebhookSubscriptions` operationId).
+func (c *ClientWithResponses) ListWebhookSubscriptionsWithResponse(ctx context.Context, params *ListWebhookSubscriptionsParams, reqEditors ...RequestEditorFn) (*ListWebhookSubscriptionsResponse, error) {
+	rsp, err := c.ListWebhookSubscriptions(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListWebhookSubscriptionsResponse(rsp)
+}
+
+// CreateWebhookSubscriptionWithBodyWithResponse Create a webhook subscription.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/webhookSubscriptions (the `CreateWebhookSubscription` operationId).
+func (c *ClientWithResponses) CreateWebhookSubscriptionWithBodyWithResponse(ctx context.Context, params *CreateWebhookSubscriptionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateWebhookSubscriptionResponse, error) {
+	rsp, err := c.CreateWebhookSubscriptionWithBody(ctx, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateWebhookSubscriptionResponse(rsp)
+}
+
+// CreateWebhookSubscriptionWithResponse Create a webhook subscription.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/webhookSubscriptions (the `CreateWebhookSubscription` operationId).
+func (c *ClientWithResponses) CreateWebhookSubscriptionWithResponse(ctx context.Context, params *CreateWebhookSubscriptionParams, body CreateWebhookSubscriptionJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateWebhookSubscriptionResponse, error) {
+	rsp, err := c.CreateWebhookSubscription(ctx, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateWebhookSubscriptionResponse(rsp)
+}
+
+// DeleteWebhookSubscriptionWithResponse Delete a webhook subscription.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/webhookSubscriptions/{webhookSubscription} (the `DeleteWebhookSubscription` operationId).
+func (c *ClientWithResponses) DeleteWebhookSubscriptionWithResponse(ctx context.Context, webhookSubscription string, params *DeleteWebhookSubscriptionParams, reqEditors ...RequestEditorFn) (*DeleteWebhookSubscriptionResponse, error) {
+	rsp, err := c.DeleteWebhookSubscription(ctx, webhookSubscription, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteWebhookSubscriptionResponse(rsp)
+}
+
+// GetWebhookSubscriptionWithResponse Get a webhook subscription.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/webhookSubscriptions/{webhookSubscription} (the `GetWebhookSubscription` operationId).
+func (c *ClientWithResponses) GetWebhookSubscriptionWithResponse(ctx context.Context, webhookSubscription string, reqEditors ...RequestEditorFn) (*GetWebhookSubscriptionResponse, error) {
+	rsp, err := c.GetWebhookSubscription(ctx, webhookSubscription, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetWebhookSubscriptionResponse(rsp)
+}
+
+// UpdateWebhookSubscriptionWithBodyWithResponse Update a webhook subscription.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /v1/webhookSubscriptions/{webhookSubscription} (the `UpdateWebhookSubscription` operationId).
+func (c *ClientWithResponses) UpdateWebhookSubscriptionWithBodyWithResponse(ctx context.Context, webhookSubscription string, params *UpdateWebhookSubscriptionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UpdateWebhookSubscriptionResponse, error) {
+	rsp, err := c.UpdateWebhookSubscriptionWithBody(ctx, webhookSubscription, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateWebhookSubscriptionResponse(rsp)
+}
+
+// UpdateWebhookSubscriptionWithResponse Update a webhook subscription.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /v1/webhookSubscriptions/{webhookSubscription} (the `UpdateWebhookSubscription` operationId).
+func (c *ClientWithResponses) UpdateWebhookSubscriptionWithResponse(ctx context.Context, webhookSubscription string, params *UpdateWebhookSubscriptionParams, body UpdateWebhookSubscriptionJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateWebhookSubscriptionResponse, error) {
+	rsp, err := c.UpdateWebhookSubscription(ctx, webhookSubscription, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseUpdateWebhookSubscriptionResponse(rsp)
+}
+
+// ListWebhookDeliveriesWithResponse The delivery log, newest first.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/webhookSubscriptions/{webhookSubscription}/deliveries (the `ListWebhookDeliveries` operationId).
+func (c *ClientWithResponses) ListWebhookDeliveriesWithResponse(ctx context.Context, webhookSubscription string, params *ListWebhookDeliveriesParams, reqEditors ...RequestEditorFn) (*ListWebhookDeliveriesResponse, error) {
+	rsp, err := c.ListWebhookDeliveries(ctx, webhookSubscription, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListWebhookDeliveriesResponse(rsp)
+}
+
+// RedeliverWebhookDeliveryWithBodyWithResponse Redeliver a webhook delivery.
+//
+// Sends a delivery again (same event id), whatever its state.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/webhookSubscriptions/{webhookSubscription}/deliveries/{delivery}:redeliver (the `RedeliverWebhookDelivery` operationId).
+func (c *ClientWithResponses) RedeliverWebhookDeliveryWithBodyWithResponse(ctx context.Context, webhookSubscription string, delivery string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RedeliverWebhookDeliveryResponse, error) {
+	rsp, err := c.RedeliverWebhookDeliveryWithBody(ctx, webhookSubscription, delivery, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRedeliverWebhookDeliveryResponse(rsp)
+}
+
+// RedeliverWebhookDeliveryWithResponse Redeliver a webhook delivery.
+//
+// Sends a delivery again (same event id), whatever its state.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/webhookSubscriptions/{webhookSubscription}/deliveries/{delivery}:redeliver (the `RedeliverWebhookDelivery` operationId).
+func (c *ClientWithResponses) RedeliverWebhookDeliveryWithResponse(ctx context.Context, webhookSubscription string, delivery string, body RedeliverWebhookDeliveryJSONRequestBody, reqEditors ...RequestEditorFn) (*RedeliverWebhookDeliveryResponse, error) {
+	rsp, err := c.RedeliverWebhookDelivery(ctx, webhookSubscription, delivery, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRedeliverWebhookDeliveryResponse(rsp)
+}
+
+// RotateWebhookSecretWithBodyWithResponse Rotate the signing secret.
+//
+// A new signing secret; the previous one keeps signing for
+// previousSecretTtl (default 24h).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/webhookSubscriptions/{webhookSubscription}:rotateSecret (the `RotateWebhookSecret` operationId).
+func (c *ClientWithResponses) RotateWebhookSecretWithBodyWithResponse(ctx context.Context, webhookSubscription string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RotateWebhookSecretResponse, error) {
+	rsp, err := c.RotateWebhookSecretWithBody(ctx, webhookSubscription, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRotateWebhookSecretResponse(rsp)
+}
+
+// RotateWebhookSecretWithResponse Rotate the signing secret.
+//
+// A new signing secret; the previous one keeps signing for
+// previousSecretTtl (default 24h).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/webhookSubscriptions/{webhookSubscription}:rotateSecret (the `RotateWebhookSecret` operationId).
+func (c *ClientWithResponses) RotateWebhookSecretWithResponse(ctx context.Context, webhookSubscription string, body RotateWebhookSecretJSONRequestBody, reqEditors ...RequestEditorFn) (*RotateWebhookSecretResponse, error) {
+	rsp, err := c.RotateWebhookSecret(ctx, webhookSubscription, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRotateWebhookSecretResponse(rsp)
 }
 
 // ParseListApprovalPoliciesResponse parses an HTTP response from a ListApprovalPoliciesWithResponse call
@@ -9136,6 +11546,78 @@ func ParseCheckFitResponse(rsp *http.Response) (*CheckFitResponse, error) {
 	return response, nil
 }
 
+// ParseWatchRequestsResponse parses an HTTP response from a WatchRequestsWithResponse call
+func ParseWatchRequestsResponse(rsp *http.Response) (*WatchRequestsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &WatchRequestsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			// Error An error: google.rpc.Status, the same body for every failed call. details always holds a google.rpc.ErrorInfo (domain gpuplane.dev, a stable reason such as QUOTA_EXCEEDED); bad input adds a google.rpc.BadRequest with field violations, retryable errors a google.rpc.RetryInfo.
+			Error  *Status       `json:"error,omitempty"`
+			Result *RequestEvent `json:"result,omitempty"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest PermissionDenied
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListTeamsResponse parses an HTTP response from a ListTeamsWithResponse call
 func ParseListTeamsResponse(rsp *http.Response) (*ListTeamsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -9922,6 +12404,78 @@ func ParseGetVirtualClusterKubeconfigResponse(rsp *http.Response) (*GetVirtualCl
 	return response, nil
 }
 
+// ParseWatchVirtualClustersResponse parses an HTTP response from a WatchVirtualClustersWithResponse call
+func ParseWatchVirtualClustersResponse(rsp *http.Response) (*WatchVirtualClustersResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &WatchVirtualClustersResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			// Error An error: google.rpc.Status, the same body for every failed call. details always holds a google.rpc.ErrorInfo (domain gpuplane.dev, a stable reason such as QUOTA_EXCEEDED); bad input adds a google.rpc.BadRequest with field violations, retryable errors a google.rpc.RetryInfo.
+			Error  *Status              `json:"error,omitempty"`
+			Result *VirtualClusterEvent `json:"result,omitempty"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest PermissionDenied
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseGetCurrentUserResponse parses an HTTP response from a GetCurrentUserWithResponse call
 func ParseGetCurrentUserResponse(rsp *http.Response) (*GetCurrentUserResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -9949,6 +12503,501 @@ func ParseGetCurrentUserResponse(rsp *http.Response) (*GetCurrentUserResponse, e
 			return nil, err
 		}
 		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListWebhookSubscriptionsResponse parses an HTTP response from a ListWebhookSubscriptionsWithResponse call
+func ParseListWebhookSubscriptionsResponse(rsp *http.Response) (*ListWebhookSubscriptionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListWebhookSubscriptionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ListWebhookSubscriptionsPage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateWebhookSubscriptionResponse parses an HTTP response from a CreateWebhookSubscriptionWithResponse call
+func ParseCreateWebhookSubscriptionResponse(rsp *http.Response) (*CreateWebhookSubscriptionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateWebhookSubscriptionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WebhookSubscription
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest PermissionDenied
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseDeleteWebhookSubscriptionResponse parses an HTTP response from a DeleteWebhookSubscriptionWithResponse call
+func ParseDeleteWebhookSubscriptionResponse(rsp *http.Response) (*DeleteWebhookSubscriptionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteWebhookSubscriptionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest map[string]interface{}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest PermissionDenied
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetWebhookSubscriptionResponse parses an HTTP response from a GetWebhookSubscriptionWithResponse call
+func ParseGetWebhookSubscriptionResponse(rsp *http.Response) (*GetWebhookSubscriptionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetWebhookSubscriptionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WebhookSubscription
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseUpdateWebhookSubscriptionResponse parses an HTTP response from a UpdateWebhookSubscriptionWithResponse call
+func ParseUpdateWebhookSubscriptionResponse(rsp *http.Response) (*UpdateWebhookSubscriptionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &UpdateWebhookSubscriptionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WebhookSubscription
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest PermissionDenied
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListWebhookDeliveriesResponse parses an HTTP response from a ListWebhookDeliveriesWithResponse call
+func ParseListWebhookDeliveriesResponse(rsp *http.Response) (*ListWebhookDeliveriesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListWebhookDeliveriesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ListWebhookDeliveriesPage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRedeliverWebhookDeliveryResponse parses an HTTP response from a RedeliverWebhookDeliveryWithResponse call
+func ParseRedeliverWebhookDeliveryResponse(rsp *http.Response) (*RedeliverWebhookDeliveryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RedeliverWebhookDeliveryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WebhookDelivery
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest PermissionDenied
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+		var dest Error
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSONDefault = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRotateWebhookSecretResponse parses an HTTP response from a RotateWebhookSecretWithResponse call
+func ParseRotateWebhookSecretResponse(rsp *http.Response) (*RotateWebhookSecretResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RotateWebhookSecretResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest WebhookSubscription
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest PermissionDenied
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
 		var dest Error

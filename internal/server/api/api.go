@@ -11,8 +11,10 @@ package api
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
+	"github.com/gpuplane/gpuplane/internal/events"
 	"github.com/gpuplane/gpuplane/internal/request"
 	"github.com/gpuplane/gpuplane/internal/store"
 	"github.com/gpuplane/gpuplane/internal/tenancy"
@@ -40,6 +42,12 @@ type Deps struct {
 	// credential plugin when the caller names none.
 	APIEndpoint string
 	Log         *slog.Logger
+	// Events serves watches (nil: watches are refused); WatchHeartbeat is
+	// how often idle watches send a heartbeat (default DefaultHeartbeat).
+	Events         *events.Hub
+	WatchHeartbeat time.Duration
+	// Webhooks manages webhook subscriptions (watch.go, webhooks.go).
+	Webhooks WebhookDeps
 }
 
 // API implements every gpuplane.v1 service.
@@ -51,6 +59,9 @@ type API struct {
 	kubeconfigs Kubeconfigs
 	apiEndpoint string
 	log         *slog.Logger
+	hub         *events.Hub
+	heartbeat   time.Duration
+	webhooks    WebhookDeps
 }
 
 // New builds the handlers.
@@ -58,8 +69,12 @@ func New(d Deps) *API {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
+	if d.WatchHeartbeat <= 0 {
+		d.WatchHeartbeat = DefaultHeartbeat
+	}
 	return &API{db: d.DB, tenancy: d.Tenancy, requests: d.Requests, adminGroups: d.PlatformAdminGroups,
-		kubeconfigs: d.Kubeconfigs, apiEndpoint: d.APIEndpoint, log: d.Log}
+		kubeconfigs: d.Kubeconfigs, apiEndpoint: d.APIEndpoint, log: d.Log, hub: d.Events, heartbeat: d.WatchHeartbeat,
+		webhooks: d.Webhooks}
 }
 
 // The services, each a view of API with its own generated base.
@@ -102,6 +117,16 @@ type (
 	// Policies implements pb.ApprovalPolicyServiceServer.
 	Policies struct {
 		pb.UnimplementedApprovalPolicyServiceServer
+		*API
+	}
+	// Watches implements pb.WatchServiceServer.
+	Watches struct {
+		pb.UnimplementedWatchServiceServer
+		*API
+	}
+	// Webhooks implements pb.WebhookServiceServer.
+	Webhooks struct {
+		pb.UnimplementedWebhookServiceServer
 		*API
 	}
 )

@@ -14,6 +14,8 @@ export { gpuplaneApiRef, gpuplaneAuthApiRef } from './api/GpuplaneApi';
 export type { GpuplaneApi, ListOptions, Page } from './api/GpuplaneApi';
 export { GpuplaneClient } from './api/GpuplaneClient';
 export { gpuplaneStatusApiRef, PollingStatusSource } from './api/StatusSource';
+export { WatchStatusSource, fetchWatch } from './api/WatchStatusSource';
+export type { OpenWatch, WatchResponse } from './api/WatchStatusSource';
 export type { StatusSource, Observer, Unsubscribe } from './api/StatusSource';
 export { createDefaultGpuplaneAuth } from './api/defaultAuth';
 export { GPUPLANE_TEAM_ANNOTATION, gpuplaneTeamOf, isGpuplaneTeamAvailable } from './annotations';

@@ -258,6 +258,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/requests:watch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Watch the requests the caller may read. */
+        get: operations["WatchRequests"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/teams": {
         parameters: {
             query?: never;
@@ -399,6 +416,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/teams/{team}/virtualClusters:watch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Watch a team's virtual clusters (or every readable team's, team "-"). */
+        get: operations["WatchVirtualClusters"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/users/me": {
         parameters: {
             query?: never;
@@ -415,6 +449,101 @@ export interface paths {
         get: operations["GetCurrentUser"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhookSubscriptions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the webhook subscriptions the caller may read. */
+        get: operations["ListWebhookSubscriptions"];
+        put?: never;
+        /** Create a webhook subscription. */
+        post: operations["CreateWebhookSubscription"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhookSubscriptions/{webhookSubscription}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get a webhook subscription. */
+        get: operations["GetWebhookSubscription"];
+        put?: never;
+        post?: never;
+        /** Delete a webhook subscription. */
+        delete: operations["DeleteWebhookSubscription"];
+        options?: never;
+        head?: never;
+        /** Update a webhook subscription. */
+        patch: operations["UpdateWebhookSubscription"];
+        trace?: never;
+    };
+    "/v1/webhookSubscriptions/{webhookSubscription}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The delivery log, newest first. */
+        get: operations["ListWebhookDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhookSubscriptions/{webhookSubscription}/deliveries/{delivery}:redeliver": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Redeliver a webhook delivery.
+         * @description Sends a delivery again (same event id), whatever its state.
+         */
+        post: operations["RedeliverWebhookDelivery"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhookSubscriptions/{webhookSubscription}:rotateSecret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rotate the signing secret.
+         * @description A new signing secret; the previous one keeps signing for
+         *     previousSecretTtl (default 24h).
+         */
+        post: operations["RotateWebhookSecret"];
         delete?: never;
         options?: never;
         head?: never;
@@ -681,6 +810,15 @@ export interface components {
             nextPageToken: string;
             virtualClusters: components["schemas"]["VirtualCluster"][];
         };
+        ListWebhookDeliveriesPage: {
+            nextPageToken: string;
+            /** @description Newest first. */
+            webhookDeliveries: components["schemas"]["WebhookDelivery"][];
+        };
+        ListWebhookSubscriptionsPage: {
+            nextPageToken: string;
+            webhookSubscriptions: components["schemas"]["WebhookSubscription"][];
+        };
         /**
          * @description Member binds a user or an OIDC group to a role on a team.
          *
@@ -752,6 +890,8 @@ export interface components {
              */
             memoryBytes?: string;
         };
+        /** @description The body of RedeliverWebhookDelivery: the request's fields that are not in the path. */
+        RedeliverWebhookDeliveryBody: Record<string, never>;
         /** @description The body of RejectRequest: the request's fields that are not in the path. */
         RejectRequestBody: {
             /** @description When set, must match the request's current etag. */
@@ -800,6 +940,23 @@ export interface components {
             /** Format: date-time */
             updateTime: $Read<string>;
         };
+        RequestEvent: {
+            actor: string;
+            /** @description CHANGED: the event's id (auditEvents/{id}; the webhook event id). */
+            id: string;
+            kind: components["schemas"]["WatchEventKind"];
+            /**
+             * Format: int64
+             * @description Where to resume after this message (unset for EXISTING).
+             */
+            position: string;
+            /** @description EXISTING and CHANGED: the request after the change. */
+            request: components["schemas"]["Request"];
+            /** Format: date-time */
+            time: string;
+            /** @description CHANGED: the event type, e.g. "request.approved". */
+            type: string;
+        };
         /**
          * @description What a request asks for; set by the server from the payload.
          * @enum {string}
@@ -810,6 +967,15 @@ export interface components {
          * @enum {string}
          */
         RequestState: "STATE_UNSPECIFIED" | "PENDING" | "APPROVED" | "REJECTED" | "CANCELLED" | "APPLIED" | "FAILED";
+        /** @description The body of RotateWebhookSecret: the request's fields that are not in the path. */
+        RotateWebhookSecretBody: {
+            etag?: string;
+            /**
+             * @description How long the current secret keeps signing too (0 or unset: 24h; at
+             *     most 7 days).
+             */
+            previousSecretTtl?: string;
+        };
         /** @description Shortfall is one level and resource a request does not fit. */
         Shortfall: {
             capacity: string;
@@ -956,6 +1122,36 @@ export interface components {
             /** Format: date-time */
             updateTime: string;
         };
+        VirtualClusterEvent: {
+            actor: string;
+            /**
+             * @description CHANGED: the event's id; the audit event auditEvents/{id} records the
+             *     same change, and webhooks deliver it under this id.
+             */
+            id: string;
+            kind: components["schemas"]["WatchEventKind"];
+            /**
+             * Format: int64
+             * @description Where to resume after this message (unset for EXISTING).
+             */
+            position: string;
+            /**
+             * Format: date-time
+             * @description CHANGED: when the change was made, and by whom (a subject, or
+             *     "system:<component>").
+             */
+            time: string;
+            /**
+             * @description CHANGED: the event type, e.g. "virtualcluster.phase_changed"
+             *     (docs/events.md lists them).
+             */
+            type: string;
+            /**
+             * @description EXISTING and CHANGED: the virtual cluster after the change (its last
+             *     state when it was deleted).
+             */
+            virtualCluster: components["schemas"]["VirtualCluster"];
+        };
         /** @description VirtualClusterKubeconfig is a kubeconfig for one caller. */
         VirtualClusterKubeconfig: {
             breakGlass: boolean;
@@ -1031,6 +1227,118 @@ export interface components {
          * @enum {string}
          */
         VirtualClusterStatusPhase: "PHASE_UNSPECIFIED" | "PENDING_APPROVAL" | "PROVISIONING" | "READY" | "DEGRADED" | "DELETING" | "DELETED" | "FAILED" | "REJECTED";
+        /**
+         * @description WatchEventKind says what a watch message carries.
+         * @enum {string}
+         */
+        WatchEventKind: "WATCH_EVENT_KIND_UNSPECIFIED" | "EXISTING" | "SYNCED" | "CHANGED" | "HEARTBEAT";
+        /**
+         * @description WebhookDelivery is one event sent (or to be sent) to one subscription:
+         *     the delivery log.
+         */
+        WebhookDelivery: {
+            /** Format: int32 */
+            attempts: number;
+            /** Format: date-time */
+            completeTime: string;
+            /** Format: date-time */
+            createTime: string;
+            /** @description The CloudEvents id and webhook-id header: the same on every attempt. */
+            eventId: string;
+            eventType: string;
+            /** Format: date-time */
+            lastAttemptTime: string;
+            lastDuration: string;
+            /** @description Why the last attempt failed. */
+            lastError: string;
+            /**
+             * Format: int32
+             * @description The endpoint's HTTP status of the last attempt (0: no answer).
+             */
+            lastStatusCode: number;
+            /** @description webhookSubscriptions/{subscription}/deliveries/{delivery} */
+            name: string;
+            /** Format: date-time */
+            nextAttemptTime: string;
+            /** Format: int64 */
+            position: string;
+            /**
+             * @description The object the event is about (CloudEvents subject); deliveries of one
+             *     object are sent in order.
+             */
+            resource: string;
+            state: components["schemas"]["WebhookDeliveryState"];
+        };
+        /** @enum {string} */
+        WebhookDeliveryState: "STATE_UNSPECIFIED" | "PENDING" | "SUCCEEDED" | "FAILED";
+        /**
+         * @description WebhookSubscription sends the events of a team, a department or the
+         *     whole platform to an HTTPS endpoint as CloudEvents 1.0 (structured JSON),
+         *     signed per Standard Webhooks (docs/events.md). Delivery is at least once,
+         *     in order per object, retried with exponential backoff; a run of failed
+         *     deliveries disables the subscription (event webhook.disabled).
+         *
+         *     Team subscriptions are managed by the team's owners and department admins,
+         *     department subscriptions by department admins, platform subscriptions by
+         *     platform admins; others get NOT_FOUND.
+         */
+        WebhookSubscription: {
+            /**
+             * Format: int32
+             * @description Failed deliveries in a row.
+             */
+            consecutiveFailures?: number;
+            /** Format: date-time */
+            createTime?: string;
+            department?: string;
+            /**
+             * @description Set to pause deliveries (they wait, nothing is lost within the
+             *     retention); set by the platform after a run of failures. Clearing it
+             *     resumes delivery and resets the failure count.
+             */
+            disabled?: boolean;
+            /** @description Why the platform disabled it. */
+            disabledReason?: string;
+            displayName?: string;
+            etag?: string;
+            /**
+             * @description Event types to send: exact ("request.approved"), per kind
+             *     ("virtualcluster.*") or "*"; empty: all.
+             */
+            eventTypes?: string[];
+            /** @description webhookSubscriptions/{subscription}; the id is a DNS-1123 label. */
+            name?: string;
+            /**
+             * Format: date-time
+             * @description After a rotation the previous secret signs too until this time, so
+             *     receivers can switch without losing a delivery.
+             */
+            previousSecretExpireTime?: string;
+            /**
+             * @description The signing secret ("whsec_" + base64 of 32 random bytes). Returned
+             *     only by CreateWebhookSubscription and RotateWebhookSecret.
+             */
+            secret?: string;
+            /**
+             * Format: int64
+             * @description Events after this feed position are delivered (the head at creation).
+             */
+            startPosition?: string;
+            /**
+             * @description The scope: teams/{team} (its events), departments/{department} (the
+             *     department's and its teams' events), or neither (every event).
+             *     Immutable.
+             */
+            team?: string;
+            /** Format: date-time */
+            updateTime?: string;
+            /**
+             * @description https://... (plain http only to hosts the platform allows). Addresses
+             *     in loopback, private, link-local and metadata ranges are refused unless
+             *     the platform allows them, when the URL is set and on every connection.
+             */
+            url?: string;
+        };
     };
     responses: {
         /** @description INVALID_ARGUMENT: a field, filter or page token is invalid (ErrorInfo reason INVALID_FIELD, INVALID_FILTER or INVALID_PAGE_TOKEN; BadRequest field violations name the fields by JSON path); or FAILED_PRECONDITION: the current state does not allow it (e.g. QUOTA_EXCEEDED, INVALID_STATE_TRANSITION, HAS_DEPENDENTS). */
@@ -1726,6 +2034,48 @@ export interface operations {
             default: components["responses"]["Error"];
         };
     };
+    WatchRequests: {
+        parameters: {
+            query?: {
+                /** @description teams/{team}: only this team's requests. */
+                team?: string;
+                /** @description departments/{department}: only requests of its teams. */
+                department?: string;
+                /** @description Only requests in these states (before or after the change); empty: all. */
+                states?: components["schemas"]["RequestState"][];
+                /**
+                 * @description Resume after this position; unset: start with the current state. The
+                 *     current state is the requests matching the filter, newest first, at
+                 *     most 1000 (older ones only appear when they change).
+                 */
+                resumePosition?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A successful response. (streaming responses) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error?: components["schemas"]["Status"];
+                        result?: components["schemas"]["RequestEvent"];
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
     ListTeams: {
         parameters: {
             query?: {
@@ -2187,6 +2537,51 @@ export interface operations {
             default: components["responses"]["Error"];
         };
     };
+    WatchVirtualClusters: {
+        parameters: {
+            query?: {
+                /** @description departments/{department}: only virtual clusters of its teams. */
+                department?: string;
+                /**
+                 * @description Only virtual clusters in these phases (before or after the change, so
+                 *     a watcher learns that one left the set); empty: all.
+                 */
+                phases?: components["schemas"]["VirtualClusterStatusPhase"][];
+                /**
+                 * @description Resume after this position (from SYNCED, CHANGED or HEARTBEAT); unset:
+                 *     start with the current state.
+                 */
+                resumePosition?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. `-` stands for every team the caller can read. */
+                team: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A successful response. (streaming responses) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        error?: components["schemas"]["Status"];
+                        result?: components["schemas"]["VirtualClusterEvent"];
+                    };
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
     GetCurrentUser: {
         parameters: {
             query?: never;
@@ -2206,6 +2601,304 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthenticated"];
+            default: components["responses"]["Error"];
+        };
+    };
+    ListWebhookSubscriptions: {
+        parameters: {
+            query?: {
+                pageSize?: number;
+                pageToken?: string;
+                /** @description Fields: team, department, disabled. Example: team = "teams/team-a" */
+                filter?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListWebhookSubscriptionsPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            default: components["responses"]["Error"];
+        };
+    };
+    CreateWebhookSubscription: {
+        parameters: {
+            query?: {
+                webhookSubscriptionId?: string;
+                requestId?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookSubscription"];
+            };
+        };
+        responses: {
+            /**
+             * @description WebhookSubscription sends the events of a team, a department or the
+             *     whole platform to an HTTPS endpoint as CloudEvents 1.0 (structured JSON),
+             *     signed per Standard Webhooks (docs/events.md). Delivery is at least once,
+             *     in order per object, retried with exponential backoff; a run of failed
+             *     deliveries disables the subscription (event webhook.disabled).
+             *
+             *     Team subscriptions are managed by the team's owners and department admins,
+             *     department subscriptions by department admins, platform subscriptions by
+             *     platform admins; others get NOT_FOUND.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookSubscription"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
+    GetWebhookSubscription: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The webhook subscription's id, e.g. `my-webhooksubscription`: the last segment of its resource name `webhookSubscriptions/{webhookSubscription}`, not the whole name. */
+                webhookSubscription: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /**
+             * @description WebhookSubscription sends the events of a team, a department or the
+             *     whole platform to an HTTPS endpoint as CloudEvents 1.0 (structured JSON),
+             *     signed per Standard Webhooks (docs/events.md). Delivery is at least once,
+             *     in order per object, retried with exponential backoff; a run of failed
+             *     deliveries disables the subscription (event webhook.disabled).
+             *
+             *     Team subscriptions are managed by the team's owners and department admins,
+             *     department subscriptions by department admins, platform subscriptions by
+             *     platform admins; others get NOT_FOUND.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookSubscription"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
+        };
+    };
+    DeleteWebhookSubscription: {
+        parameters: {
+            query?: {
+                etag?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The webhook subscription's id, e.g. `my-webhooksubscription`: the last segment of its resource name `webhookSubscriptions/{webhookSubscription}`, not the whole name. */
+                webhookSubscription: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted; the body is an empty JSON object. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
+    UpdateWebhookSubscription: {
+        parameters: {
+            query?: {
+                /** @description Paths: displayName, url, eventTypes, disabled. */
+                updateMask?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The webhook subscription's id, e.g. `my-webhooksubscription`: the last segment of its resource name `webhookSubscriptions/{webhookSubscription}`, not the whole name. */
+                webhookSubscription: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookSubscription"];
+            };
+        };
+        responses: {
+            /**
+             * @description WebhookSubscription sends the events of a team, a department or the
+             *     whole platform to an HTTPS endpoint as CloudEvents 1.0 (structured JSON),
+             *     signed per Standard Webhooks (docs/events.md). Delivery is at least once,
+             *     in order per object, retried with exponential backoff; a run of failed
+             *     deliveries disables the subscription (event webhook.disabled).
+             *
+             *     Team subscriptions are managed by the team's owners and department admins,
+             *     department subscriptions by department admins, platform subscriptions by
+             *     platform admins; others get NOT_FOUND.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookSubscription"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
+    ListWebhookDeliveries: {
+        parameters: {
+            query?: {
+                pageSize?: number;
+                pageToken?: string;
+                /** @description Fields: state, eventType, resource. Example: state = FAILED */
+                filter?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The webhook subscription's id, e.g. `my-webhooksubscription`: the last segment of its resource name `webhookSubscriptions/{webhookSubscription}`, not the whole name. */
+                webhookSubscription: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListWebhookDeliveriesPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
+        };
+    };
+    RedeliverWebhookDelivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The webhook subscription's id, e.g. `my-webhooksubscription`: the last segment of its resource name `webhookSubscriptions/{webhookSubscription}`, not the whole name. */
+                webhookSubscription: string;
+                /** @description The delivery's id, e.g. `my-delivery`: the last segment of its resource name `webhookSubscriptions/{webhookSubscription}/deliveries/{delivery}`, not the whole name. */
+                delivery: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RedeliverWebhookDeliveryBody"];
+            };
+        };
+        responses: {
+            /**
+             * @description WebhookDelivery is one event sent (or to be sent) to one subscription:
+             *     the delivery log.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDelivery"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
+    RotateWebhookSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The webhook subscription's id, e.g. `my-webhooksubscription`: the last segment of its resource name `webhookSubscriptions/{webhookSubscription}`, not the whole name. */
+                webhookSubscription: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RotateWebhookSecretBody"];
+            };
+        };
+        responses: {
+            /**
+             * @description WebhookSubscription sends the events of a team, a department or the
+             *     whole platform to an HTTPS endpoint as CloudEvents 1.0 (structured JSON),
+             *     signed per Standard Webhooks (docs/events.md). Delivery is at least once,
+             *     in order per object, retried with exponential backoff; a run of failed
+             *     deliveries disables the subscription (event webhook.disabled).
+             *
+             *     Team subscriptions are managed by the team's owners and department admins,
+             *     department subscriptions by department admins, platform subscriptions by
+             *     platform admins; others get NOT_FOUND.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookSubscription"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             default: components["responses"]["Error"];
         };
     };

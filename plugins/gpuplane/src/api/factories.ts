@@ -7,6 +7,7 @@ import {
 import { gpuplaneApiRef, gpuplaneAuthApiRef } from './GpuplaneApi';
 import { GpuplaneClient } from './GpuplaneClient';
 import { gpuplaneStatusApiRef, PollingStatusSource } from './StatusSource';
+import { fetchWatch, WatchStatusSource } from './WatchStatusSource';
 import { createDefaultGpuplaneAuth } from './defaultAuth';
 
 // The plugin's APIs, shared by the classic plugin (plugin.ts) and the new
@@ -31,9 +32,17 @@ export const gpuplaneClientApiFactory = createApiFactory({
   factory: ({ configApi, auth }) => GpuplaneClient.fromConfig(configApi, auth),
 });
 
-/** Live status; polling until gpuplane's Watch stream exists. */
+/**
+ * Live status from gpuplane's Watch streams; polling when
+ * `gpuplane.liveStatus` is `poll` or the server serves no watches.
+ */
 export const gpuplaneStatusApiFactory = createApiFactory({
   api: gpuplaneStatusApiRef,
-  deps: { configApi: configApiRef, api: gpuplaneApiRef },
-  factory: ({ configApi, api }) => new PollingStatusSource(api, pollIntervalMs(configApi)),
+  deps: { configApi: configApiRef, api: gpuplaneApiRef, auth: gpuplaneAuthApiRef },
+  factory: ({ configApi, api, auth }) => {
+    const polling = new PollingStatusSource(api, pollIntervalMs(configApi));
+    if (configApi.getOptionalString('gpuplane.liveStatus') === 'poll') return polling;
+    const open = fetchWatch(configApi.getString('gpuplane.baseUrl'), () => auth.getIdToken());
+    return new WatchStatusSource(api, open, polling);
+  },
 });
