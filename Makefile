@@ -7,7 +7,7 @@ TOOLS := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/protoc
 LINTER := $(BIN)/golangci-lint
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
-.PHONY: run test test-go test-race test-portal test-unit build generate generate-ts check-generated check-generated-ts lint lint-portal check-tidy check-deps buf-breaking tools envtest bench fuzz clean
+.PHONY: run test test-go test-race test-readme test-portal test-unit build generate generate-ts check-generated check-generated-ts lint lint-portal lint-openapi check-tidy check-deps buf-breaking tools envtest bench fuzz clean
 
 # The dev-mode command. `make run` and the browser test (hack/test-portal.sh)
 # both start it from here, so moving it is a one-line change.
@@ -23,10 +23,15 @@ run: envtest
 
 ## test: all tests against real PostgreSQL, a real kube-apiserver and a real OIDC issuer,
 ## then the TypeScript client's and Backstage plugin's tests, in a real browser too
-test: test-go test-portal
+test: test-go test-portal test-readme
 
 test-go: envtest
 	KUBEBUILDER_ASSETS="$$(hack/envtest-assets.sh)" go test $(GO_TEST_FLAGS) ./...
+	@# The SDK and the API package are their own modules (docs/api-conventions.md).
+	cd api && go vet ./...
+	cd pkg/client && go test $(GO_TEST_FLAGS) ./...
+	@# A client generated from api/openapi.yaml by oapi-codegen, against the server.
+	cd test/oapiclient && go test $(GO_TEST_FLAGS) ./...
 	@# vCluster's pod syncer, imported at the default chart version in its own
 	@# module (docs/vcluster-verification.md); first run builds vCluster's deps.
 	cd test/vclusterproof && go test $(GO_TEST_FLAGS) ./...
@@ -49,6 +54,10 @@ test-race: envtest
 ## tests that need envtest skip under -short and run in `make test`
 test-unit:
 	go test -short $(GO_TEST_FLAGS) ./...
+
+## test-readme: README.md's walkthrough (blocks marked readme-test) against dev mode on free ports; every `# ->` checked
+test-readme: envtest
+	DEV_MAIN="$(DEV_MAIN)" DEV_ARGS="$(DEV_ARGS)" hack/test-readme.sh
 
 ## test-portal: Jest unit tests, then Playwright in Debian's chromium against dev mode on free ports
 test-portal: envtest node_modules/.package-lock.json
@@ -91,6 +100,7 @@ generate: tools
 	rm -rf api/gpuplane api/openapi
 	$(BIN)/buf generate
 	go run ./hack/openapimerge api/openapi/gpuplane/v1 api/openapi.yaml
+	cd test/oapiclient && go generate ./...
 	$(MAKE) generate-ts
 
 ## generate-ts: the TypeScript client's types from api/openapi.yaml (openapi-typescript)
@@ -99,8 +109,8 @@ generate-ts: node_modules/.package-lock.json
 
 ## check-generated: fail when committed generated code differs from proto/
 check-generated: generate
-	@if [ -n "$$(git status --porcelain -- api)" ]; then \
-		echo "generated code in api/ is stale; run 'make generate' and commit:"; git status --porcelain -- api; exit 1; fi
+	@if [ -n "$$(git status --porcelain -- api test/oapiclient)" ]; then \
+		echo "generated code in api/ or test/oapiclient is stale; run 'make generate' and commit:"; git status --porcelain -- api test/oapiclient; exit 1; fi
 
 ## check-generated-ts: fail when the TypeScript client's types differ from api/openapi.yaml
 check-generated-ts: generate-ts
@@ -113,6 +123,10 @@ lint-portal: node_modules/.package-lock.json
 	npm run --silent lint
 	npm run --silent build
 
+## lint-openapi: Redocly (recommended rules, redocly.yaml) over api/openapi.yaml; justified warnings only
+lint-openapi: node_modules/.package-lock.json
+	hack/lint-openapi.sh
+
 ## buf-breaking: fail when proto/ breaks compatibility with the previous commit (the previous main on CI)
 buf-breaking: tools
 	hack/buf-breaking.sh
@@ -121,12 +135,16 @@ buf-breaking: tools
 lint: $(LINTER) check-tidy
 	go vet ./...
 	cd test/vclusterproof && go vet ./...
+	cd pkg/client && go vet ./...
+	cd test/oapiclient && go vet ./...
 	$(LINTER) run ./...
 	cd test/vclusterproof && $(LINTER) run ./...
+	cd pkg/client && $(LINTER) run ./...
+	cd api && $(LINTER) run ./...
 
 ## check-tidy: fail when go.mod/go.sum of any module differ from `go mod tidy`
 check-tidy:
-	@for m in . tools tools/lint test/vclusterproof; do \
+	@for m in . api pkg/client tools tools/lint test/vclusterproof test/oapiclient; do \
 		(cd $$m && go mod tidy -diff) || { echo "$$m: go.mod/go.sum are not tidy; run 'go mod tidy' there and commit"; exit 1; }; \
 	done
 

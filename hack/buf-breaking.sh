@@ -22,6 +22,6 @@ prev=$(mktemp -d)
 trap 'rm -rf "$prev"' EXIT
 git archive "$ref" proto buf.yaml | tar -x -C "$prev"
 mkdir -p "$prev/third_party"
-ln -s "$(readlink third_party/googleapis)" "$prev/third_party/googleapis"
+ln -s "$PWD/third_party/googleapis" "$prev/third_party/googleapis"
 echo "buf breaking: proto/ against $ref ($(git rev-parse --short "$ref"))"
 bin/buf breaking --against "$prev"

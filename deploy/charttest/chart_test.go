@@ -56,7 +56,7 @@ func TestLint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, vals := range map[string]map[string]any{"defaults": nil, "full": fullValues(t)} {
+	for name, vals := range map[string]map[string]any{"defaults": withDatabaseSecret(nil), "full": fullValues(t)} {
 		t.Run(name, func(t *testing.T) {
 			lint := action.NewLint()
 			lint.Strict = true // warnings fail too
@@ -212,7 +212,7 @@ func TestRenderFull(t *testing.T) {
 	r := render(t, Options{Values: fullValues(t), APIVersions: []string{serviceMonitorAPI}})
 	for _, key := range []string{
 		"Ingress/gpuplane-system/gp-http", "Ingress/gpuplane-system/gp-grpc",
-		"ServiceMonitor/gpuplane-system/gp", "PodDisruptionBudget/gpuplane-system/gp-server",
+		"ServiceMonitor/monitoring/gp", "PodDisruptionBudget/gpuplane-system/gp-server",
 	} {
 		if _, ok := r.Source[key]; !ok {
 			t.Errorf("%s not rendered", key)
@@ -317,7 +317,14 @@ func TestSchema(t *testing.T) {
 		{"negative worker replicas", `worker: {replicas: -1}`, "/worker/replicas"},
 		{"bad pull policy", `image: {pullPolicy: Sometimes}`, "/image/pullPolicy"},
 		{"bad digest", `image: {digest: "latest"}`, "/image/digest"},
-		{"no database Secret", `database: {existingSecret: ""}`, "/database/existingSecret"},
+		{"bad database Secret name", `database: {existingSecret: "Pg_App"}`, "/database/existingSecret"},
+		{"grpcIngress with the old single host", `grpcIngress: {host: grpc.example.com}`, "host"},
+		{"grpcIngress host missing", `grpcIngress: {hosts: [{paths: [{path: /}]}]}`, "/grpcIngress/hosts/0"},
+		{"autoscaling to zero", `server: {autoscaling: {minReplicas: 0}}`, "/server/autoscaling/minReplicas"},
+		{"top-level serviceAccount (now per component)", `serviceAccount: {create: true}`, "serviceAccount"},
+		{"service account name", `worker: {serviceAccount: {name: "Worker SA"}}`, "/worker/serviceAccount/name"},
+		{"networkPolicy typo", `networkPolicy: {enable: true}`, "enable"},
+		{"serviceMonitor namespace", `serviceMonitor: {namespace: "Monitoring"}`, "/serviceMonitor/namespace"},
 		{"database URL as a plain value", `database: {url: "postgres://u:p@db/x"}`, "url"},
 		{"no OIDC issuer at all", `oidc: {issuerURL: "", existingSecret: ""}`, "/oidc"},
 		{"issuer not a URL", `oidc: {issuerURL: "login.example.com"}`, "/oidc/issuerURL"},

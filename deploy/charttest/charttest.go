@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -51,7 +52,9 @@ func Load() (*chart.Chart, error) {
 type Options struct {
 	// ReleaseName defaults to "gpuplane", Namespace to "gpuplane-system".
 	ReleaseName, Namespace string
-	// Values override the chart's values.yaml (nil: defaults only).
+	// Values override the chart's values.yaml (nil: defaults only). The
+	// one value without a default, database.existingSecret, is
+	// "gpuplane-database" unless Values sets it (to "" to see the error).
 	Values map[string]any
 	// APIVersions are served by the pretend cluster on top of Helm's
 	// built-in set, e.g. "monitoring.coreos.com/v1/ServiceMonitor".
@@ -71,6 +74,19 @@ func (o Options) withDefaults() Options {
 	}
 	if o.KubeVersion == "" {
 		o.KubeVersion = "v1.37.2"
+	}
+	if db, _ := o.Values["database"].(map[string]any); db == nil || db["existingSecret"] == nil {
+		vals := maps.Clone(o.Values)
+		if vals == nil {
+			vals = map[string]any{}
+		}
+		d := maps.Clone(db)
+		if d == nil {
+			d = map[string]any{}
+		}
+		d["existingSecret"] = "gpuplane-database"
+		vals["database"] = d
+		o.Values = vals
 	}
 	return o
 }

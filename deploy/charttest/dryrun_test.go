@@ -109,7 +109,23 @@ spec:
                       interval: {type: string, pattern: '^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$'}
                       scrapeTimeout: {type: string, pattern: '^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$'}
                       honorLabels: {type: boolean}
-`
+                      relabelings: ` + relabelConfigs + `
+                      metricRelabelings: ` + relabelConfigs + "\n"
+
+// relabelConfigs is the schema of a Prometheus relabel_config list, for
+// both relabelings and metricRelabelings.
+const relabelConfigs = `
+                        type: array
+                        items:
+                          type: object
+                          properties:
+                            sourceLabels: {type: array, items: {type: string}}
+                            separator: {type: string}
+                            targetLabel: {type: string}
+                            regex: {type: string}
+                            modulus: {type: integer}
+                            replacement: {type: string}
+                            action: {type: string, enum: [replace, keep, drop, keepequal, dropequal, hashmod, labelmap, labeldrop, labelkeep, lowercase, uppercase]}`
 
 // startAPIServer fails (never skips) without the envtest binaries.
 func startAPIServer(t *testing.T) *envtestenv.Env {
@@ -184,6 +200,10 @@ func TestServerSideDryRun(t *testing.T) {
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: restricted}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
+	// The full values put the ServiceMonitor where Prometheus looks.
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "monitoring"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	// The full values name this PriorityClass; pods naming a missing one are refused.
 	if _, err := kube.SchedulingV1().PriorityClasses().Create(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "gpuplane"}, Value: 1000}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -210,7 +230,7 @@ func TestServerSideDryRun(t *testing.T) {
 				res := dyn.Resource(m.Resource)
 				var ri dynamic.ResourceInterface = res
 				if m.Scope.Name() == "namespace" {
-					if o.GetNamespace() != ns {
+					if o.GetNamespace() != ns && (o.GetKind() != "ServiceMonitor" || o.GetNamespace() != "monitoring") {
 						t.Errorf("%s: namespaced object outside the release namespace", key)
 					}
 					ri = res.Namespace(o.GetNamespace())

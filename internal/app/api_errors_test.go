@@ -296,6 +296,8 @@ func TestValidation(t *testing.T) {
 		}
 	})
 
+	// REST callers see every field by its JSON name (errs.JSONFieldPath);
+	// gRPC callers, above, by its proto name.
 	t.Run("REST", func(t *testing.T) {
 		for _, c := range []struct {
 			name, method, path string
@@ -306,14 +308,14 @@ func TestValidation(t *testing.T) {
 			{"bad name in path", "GET", "/v1/teams/Team_A", nil, "INVALID_FIELD", "name"},
 			{"bad member name in path", "GET", "/v1/teams/team-a/members/Bob", nil, "INVALID_FIELD", "name"},
 			{"bad parent in path", "GET", "/v1/teams/team_a/members", nil, "INVALID_FIELD", "parent"},
-			{"bad team id", "POST", "/v1/teams?teamId=Bad_Id", map[string]any{"department": "departments/research"}, "INVALID_FIELD", "team_id"},
-			{"bad department id", "POST", "/v1/departments?departmentId=" + long, map[string]any{}, "INVALID_FIELD", "department_id"},
+			{"bad team id", "POST", "/v1/teams?teamId=Bad_Id", map[string]any{"department": "departments/research"}, "INVALID_FIELD", "teamId"},
+			{"bad department id", "POST", "/v1/departments?departmentId=" + long, map[string]any{}, "INVALID_FIELD", "departmentId"},
 			{"NaN gpu", "POST", "/v1/teams?teamId=nan", map[string]any{"department": "departments/research", "quota": map[string]any{"gpu": "NaN"}}, "INVALID_FIELD", "team.quota.gpu"},
-			{"negative cpu", "POST", "/v1/teams?teamId=neg", map[string]any{"department": "departments/research", "quota": map[string]any{"cpuMillis": "-1"}}, "INVALID_FIELD", "team.quota.cpu_millis"},
+			{"negative cpu", "POST", "/v1/teams?teamId=neg", map[string]any{"department": "departments/research", "quota": map[string]any{"cpuMillis": "-1"}}, "INVALID_FIELD", "team.quota.cpuMillis"},
 			{"fractional gpu on DEDICATED", "PATCH", "/v1/teams/team-b", map[string]any{"quota": map[string]any{"gpu": "0.5"}}, "INVALID_FIELD", "team.quota.gpu"},
-			{"unknown mask path", "PATCH", "/v1/teams/team-a?updateMask=owner", map[string]any{"displayName": "x"}, "INVALID_FIELD", "update_mask"},
-			{"page_size -1", "GET", "/v1/teams?pageSize=-1", nil, "INVALID_FIELD", "page_size"},
-			{"bad page token", "GET", "/v1/auditEvents?pageToken=abc", nil, "INVALID_PAGE_TOKEN", "page_token"},
+			{"unknown mask path", "PATCH", "/v1/teams/team-a?updateMask=owner", map[string]any{"displayName": "x"}, "INVALID_FIELD", "updateMask"},
+			{"page_size -1", "GET", "/v1/teams?pageSize=-1", nil, "INVALID_FIELD", "pageSize"},
+			{"bad page token", "GET", "/v1/auditEvents?pageToken=abc", nil, "INVALID_PAGE_TOKEN", "pageToken"},
 			{"unknown filter field", "GET", "/v1/teams?filter=" + url.QueryEscape(`owner = "bob"`), nil, "INVALID_FILTER", "filter"},
 			{"bad filter enum", "GET", "/v1/teams?filter=" + url.QueryEscape(`isolation_tier = GOLD`), nil, "INVALID_FILTER", "filter"},
 			{"member without principal", "POST", "/v1/teams/team-a/members", map[string]any{"role": "OWNER"}, "INVALID_FIELD", "member.user"},

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 	"github.com/gpuplane/gpuplane/internal/apptest"
@@ -841,7 +842,7 @@ func TestQuotaHierarchy(t *testing.T) {
 		if st.Code() != codes.FailedPrecondition || apiErrorInfo(t, st).GetReason() != "QUOTA_EXCEEDED" {
 			t.Errorf("REST: %v %q", st.Code(), st.Message())
 		}
-		if v := apiViolations(t, st); v["department.quota_budget.memory_bytes"] == "" {
+		if v := apiViolations(t, st); v["department.quotaBudget.memoryBytes"] == "" {
 			t.Errorf("REST violations %v", v)
 		}
 		if got := getDept("departments/research"); !proto.Equal(got, before) {
@@ -1033,10 +1034,17 @@ func TestAuditTrail(t *testing.T) {
 		{user: "frank", method: "PATCH", path: "/v1/teams/audit-t", body: map[string]any{"displayName": "T2"},
 			action: "UpdateTeam", resource: "teams/audit-t", before: true, after: true, dept: "departments/research", team: "teams/audit-t",
 			check: func(t *testing.T, ev *pb.AuditEvent) {
-				b := ev.GetBefore().GetFields()["display_name"].GetStringValue()
-				a := ev.GetAfter().GetFields()["display_name"].GetStringValue()
+				// Snapshots are stored with proto names and read with JSON
+				// names, like every other response.
+				b := ev.GetBefore().GetFields()["displayName"].GetStringValue()
+				a := ev.GetAfter().GetFields()["displayName"].GetStringValue()
 				if b != "T1" || a != "T2" {
-					t.Errorf("display_name before %q after %q, want T1 -> T2", b, a)
+					t.Errorf("displayName before %q after %q, want T1 -> T2", b, a)
+				}
+				for _, snap := range []*structpb.Struct{ev.GetBefore(), ev.GetAfter()} {
+					if k := snakeKey(snap.AsMap()); k != "" {
+						t.Errorf("snapshot key %q is not a JSON name", k)
+					}
 				}
 			}},
 		{user: "frank", method: "POST", path: "/v1/teams/audit-t/members?memberId=m1", body: map[string]any{"user": "m1@example.org", "role": "MEMBER"},
@@ -1425,4 +1433,27 @@ func TestGetCurrentUser(t *testing.T) {
 			t.Errorf("bob over REST: %s", r.Body)
 		}
 	})
+}
+
+// snakeKey returns a key of v (at any depth) that is a proto name rather
+// than a JSON name, or "".
+func snakeKey(v any) string {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if strings.Contains(k, "_") {
+				return k
+			}
+			if s := snakeKey(e); s != "" {
+				return s
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if s := snakeKey(e); s != "" {
+				return s
+			}
+		}
+	}
+	return ""
 }

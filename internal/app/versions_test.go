@@ -94,7 +94,7 @@ func TestVClusterVersions(t *testing.T) {
 			t.Fatalf("status %d: %s", resp.Status, resp.Body)
 		}
 		f := wfRESTFailure(t, resp)
-		if d := f.Violations[spec+"chart_version"]; !strings.Contains(d, "offered: 0.36.1, 0.20.0") {
+		if d := f.Violations["request.createVirtualCluster.spec.chartVersion"]; !strings.Contains(d, "offered: 0.36.1, 0.20.0") { // REST: JSON names
 			t.Errorf("violations %v", f.Violations)
 		}
 	})

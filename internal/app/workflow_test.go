@@ -318,7 +318,7 @@ func TestWorkflowStateTransitionsRefused(t *testing.T) {
 				}
 
 				f := wfExpect(t, second.grpc(e.As(t, second.user), req.GetName()), codes.FailedPrecondition, "INVALID_STATE_TRANSITION")
-				if f.Metadata["state"] != before.GetState().String() || f.Metadata["target_state"] != targetState[second.verb] {
+				if f.Metadata["state"] != before.GetState().String() || f.Metadata["targetState"] != targetState[second.verb] {
 					t.Errorf("metadata %v", f.Metadata)
 				}
 				if !strings.Contains(f.Message, req.GetName()) {
@@ -475,7 +475,7 @@ func TestWorkflowRESTWalkthrough(t *testing.T) {
 		f.Metadata["resource"] != "gpu" || f.Metadata["free"] != "6 GPU" || f.Metadata["requested"] != "10 GPU" {
 		t.Errorf("ErrorInfo metadata: %v", f.Metadata)
 	}
-	if _, ok := f.Violations["request.change_team_quota.quota.gpu"]; !ok {
+	if _, ok := f.Violations["request.changeTeamQuota.quota.gpu"]; !ok { // REST: JSON names
 		t.Errorf("field violations: %v", f.Violations)
 	}
 	var team pb.Team
@@ -528,7 +528,7 @@ func TestWorkflowRESTWalkthrough(t *testing.T) {
 		t.Fatalf("policy with a typo: HTTP %d %s", r.Status, r.Body)
 	}
 	f = wfRESTFailure(t, r)
-	desc, ok := f.Violations["approval_policy.expression"]
+	desc, ok := f.Violations["approvalPolicy.expression"]
 	if f.Code != codes.InvalidArgument || !ok || !strings.Contains(desc, "gpu_dleta") {
 		t.Errorf("typo policy: %v %s violations %v", f.Code, f.Reason, f.Violations)
 	}

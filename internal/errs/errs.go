@@ -83,6 +83,12 @@ const (
 	// ReasonIdentityProviderUnavailable: the token names a signing key we
 	// do not have and the identity provider cannot be asked for it now.
 	ReasonIdentityProviderUnavailable = "IDENTITY_PROVIDER_UNAVAILABLE"
+	// ReasonRouteNotFound: no REST route matches the URL (a mistyped path),
+	// as opposed to NOT_FOUND for an object.
+	ReasonRouteNotFound = "ROUTE_NOT_FOUND"
+	// ReasonMethodNotAllowed: the REST route exists under other HTTP
+	// methods (HTTP 405 with Allow).
+	ReasonMethodNotAllowed = "METHOD_NOT_ALLOWED"
 	// ReasonEventsExpired: a watch's resume position is no longer (or not)
 	// in the event feed; list again (HTTP 410 Gone, like Kubernetes).
 	ReasonEventsExpired = "EVENTS_EXPIRED"
@@ -99,7 +105,8 @@ const (
 )
 
 // FieldViolation names one bad field, using the proto field path
-// (e.g. "department.quota_budget.gpu").
+// (e.g. "department.quota_budget.gpu"); REST callers see the JSON path
+// (JSONFieldPath).
 type FieldViolation struct {
 	Field       string
 	Description string

@@ -19,9 +19,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/gpuplane/gpuplane/internal/errs"
 	"github.com/gpuplane/gpuplane/internal/quota"
 )
 
@@ -127,6 +127,16 @@ func (q *Quota) Resources() (quota.Resources, error) {
 // (snake_case) to protojson's default JSON names (lowerCamelCase).
 func CamelKeys(doc []byte) ([]byte, error) { return renameKeys(doc, camel) }
 
+// CamelMap is CamelKeys for a decoded document: the API renders audit
+// snapshots, stored with proto names, with JSON names (old rows and new
+// alike, so nothing needs migrating).
+func CamelMap(doc map[string]any) map[string]any {
+	if doc == nil {
+		return nil
+	}
+	return walk(doc, camel).(map[string]any)
+}
+
 // SnakeKeys is the inverse of CamelKeys.
 func SnakeKeys(doc []byte) ([]byte, error) { return renameKeys(doc, snake) }
 
@@ -157,32 +167,6 @@ func walk(v any, rename func(string) string) any {
 	return v
 }
 
-func camel(s string) string {
-	var b strings.Builder
-	up := false
-	for _, r := range s {
-		switch {
-		case r == '_':
-			up = true
-		case up && r >= 'a' && r <= 'z':
-			b.WriteRune(r - 'a' + 'A')
-			up = false
-		default:
-			b.WriteRune(r)
-			up = false
-		}
-	}
-	return b.String()
-}
+func camel(s string) string { return errs.JSONFieldPath(s) }
 
-func snake(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if r >= 'A' && r <= 'Z' {
-			b.WriteByte('_')
-			r += 'a' - 'A'
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+func snake(s string) string { return errs.ProtoFieldPath(s) }

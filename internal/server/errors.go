@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/gpuplane/gpuplane/internal/errs"
@@ -57,21 +57,23 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 			WithDetails(&errdetails.ErrorInfo{Reason: errs.ReasonInternal, Domain: ErrorDomain})
 		return st.Err()
 	}
-	st := status.New(code, e.PublicMessage())
-	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: e.Reason, Domain: ErrorDomain, Metadata: e.Metadata}}
-	if len(e.Violations) > 0 {
-		br := &errdetails.BadRequest{}
-		for _, v := range e.Violations {
-			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Description})
-		}
-		details = append(details, br)
+	return statusOf(code, e).Err()
+}
+
+// jsonMetadata names ErrorInfo metadata keys in lowerCamelCase, as AIP-193
+// asks ("virtualClusters", not "virtual_clusters"); the domain writes them
+// like field names.
+func jsonMetadata(md map[string]string) map[string]string {
+	if len(md) == 0 {
+		return md
 	}
-	if e.RetryAfter > 0 {
-		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(e.RetryAfter)})
+	out := make(map[string]string, len(md))
+	for k, v := range md {
+		out[errs.JSONFieldPath(k)] = v
 	}
-	withDetails, derr := st.WithDetails(details...)
-	if derr != nil {
-		return st.Err()
-	}
-	return withDetails.Err()
+	return out
+}
+
+func retryInfo(d time.Duration) *errdetails.RetryInfo {
+	return &errdetails.RetryInfo{RetryDelay: durationpb.New(d)}
 }

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/textproto"
+	"regexp"
 	"strings"
 	"time"
 
@@ -23,7 +24,6 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuplane/gpuplane/api"
@@ -159,6 +159,13 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.closeListeners()
 		return nil, fmt.Errorf("dial own gRPC port: %w", err)
 	}
+	routes, err := newRouteTable(api.OpenAPI)
+	if err != nil {
+		s.gwConn.Close()
+		s.closeListeners()
+		return nil, err
+	}
+	routes = append(routes, nonAPIRoutes...)
 	gw := runtime.NewServeMux(
 		runtime.WithIncomingHeaderMatcher(func(key string) (string, bool) {
 			if strings.EqualFold(key, RequestIDHeader) {
@@ -173,11 +180,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return "", false
 		}),
 		runtime.WithErrorHandler(gatewayErrorHandler),
+		runtime.WithRoutingErrorHandler(routes.gatewayRoutingError),
 		runtime.WithStreamErrorHandler(streamErrorHandler),
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
-			MarshalOptions:   protojson.MarshalOptions{EmitUnpopulated: false, UseProtoNames: false},
-			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-		}),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, newRESTMarshaler()),
 	)
 	for _, register := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
 		gpuplanev1.RegisterDepartmentServiceHandler,
@@ -205,7 +210,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("openapi document: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", s.guardREST(gw, cfg.MaxRequestBytes, gw))
+	mux.Handle("/v1/", routes.checkMethod(s.guardREST(gw, cfg.MaxRequestBytes, withDecodeErrors(gw))))
+	mux.HandleFunc("/", routes.routingError)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprintln(w, "ok")
@@ -242,6 +248,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	return s, nil
 }
+
+// nonAPIRoutes are the HTTP server's routes outside the REST API, for the
+// Allow header of a wrong method (405).
+var nonAPIRoutes = func() routeTable {
+	var t routeTable
+	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/openapi.yaml", "/openapi.json"} {
+		t = append(t, route{template: p, match: regexp.MustCompile("^" + regexp.QuoteMeta(p) + "$"), methods: []string{"GET", "HEAD"}})
+	}
+	return t
+}()
 
 // GRPCAddr is the bound gRPC address (useful with port 0).
 func (s *Server) GRPCAddr() string { return s.lisGRPC.Addr().String() }

@@ -13,9 +13,16 @@
 //
 // Errors are gRPC statuses carrying a google.rpc.ErrorInfo (domain
 // "gpuplane.dev", a stable reason such as QUOTA_EXCEEDED) and, for bad
-// input, BadRequest field violations; AsError unpacks them.
+// input, BadRequest field violations; AsError unpacks them, the Reason*
+// constants name the reasons and IsNotFound, IsQuotaExceeded, ... test for
+// them. AllTeams, AllRequests, ... (and Items for any List RPC) iterate over
+// every page; WaitForVirtualCluster and WaitForRequest wait for a phase or a
+// final state.
 //
-// This package is public API: it imports nothing under internal/.
+// This package is its own module (github.com/gpuplane/gpuplane/pkg/client),
+// with the generated API package in another
+// (github.com/gpuplane/gpuplane/api): importing it brings gRPC and protobuf,
+// never the server's Kubernetes, Helm or pgx dependencies.
 package client
 
 import (

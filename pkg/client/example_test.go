@@ -2,11 +2,14 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
+	"time"
 
 	"golang.org/x/oauth2"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 	"github.com/gpuplane/gpuplane/pkg/client"
@@ -38,18 +41,12 @@ func listAndAsk(ctx context.Context) error {
 	}
 	fmt.Println("hello", me.GetUsername())
 
-	req := &pb.ListTeamsRequest{PageSize: 100}
-	for {
-		page, err := c.Teams.ListTeams(ctx, req)
+	// Every team, page after page.
+	for t, err := range c.AllTeams(ctx, &pb.ListTeamsRequest{PageSize: 100}) {
 		if err != nil {
 			return err
 		}
-		for _, t := range page.GetTeams() {
-			fmt.Println(t.GetName(), t.GetQuota().GetGpu())
-		}
-		if req.PageToken = page.GetNextPageToken(); req.PageToken == "" {
-			break
-		}
+		fmt.Println(t.GetName(), t.GetQuota().GetGpu())
 	}
 
 	_, err = c.Requests.CreateRequest(ctx, &pb.CreateRequestRequest{
@@ -58,11 +55,48 @@ func listAndAsk(ctx context.Context) error {
 			ChangeTeamQuota: &pb.ChangeTeamQuotaPayload{Quota: &pb.Quota{Gpu: "6", CpuMillis: 32000, MemoryBytes: 256 << 30}},
 		}},
 	})
-	if e, ok := client.AsError(err); ok && e.Reason == "QUOTA_EXCEEDED" {
-		fmt.Println("does not fit:", e.Message)
+	if client.IsQuotaExceeded(err) {
+		e, _ := client.AsError(err)
+		fmt.Println("does not fit:", e.Message, e.Metadata)
 		return nil
 	}
 	return err
+}
+
+// Ask for a virtual cluster and wait until it is READY, as
+// `gpuplanectl request vcluster --wait` does.
+func ExampleClient_WaitForVirtualCluster() {
+	if err := askAndWait(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func askAndWait(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	c, err := client.New(ctx, client.Config{Address: "localhost:9090", Insecure: true, TokenFunc: client.StaticToken(os.Getenv("GPUPLANE_TOKEN"))})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	r, err := c.Requests.CreateRequest(ctx, &pb.CreateRequestRequest{Request: &pb.Request{Team: "teams/team-a",
+		Payload: &pb.Request_CreateVirtualCluster{CreateVirtualCluster: &pb.CreateVirtualClusterPayload{
+			VirtualClusterId: "ml-dev", Spec: &pb.VirtualClusterSpec{Quota: &pb.Quota{Gpu: "1", Cpu: proto.String("8"), Memory: proto.String("32Gi")}}}}}})
+	if err != nil {
+		return err
+	}
+	vc, err := c.WaitForVirtualCluster(ctx, r.GetCreateVirtualCluster().GetVirtualCluster(), client.WaitOptions{
+		Progress: func(vc *pb.VirtualCluster) { fmt.Println(vc.GetStatus().GetPhase()) },
+	})
+	var notReachable *client.NotReachableError
+	if errors.As(err, &notReachable) {
+		return fmt.Errorf("it will not be READY: %w", err) // rejected, failed or deleted
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Println(vc.GetStatus().GetEndpoint())
+	return nil
 }
 
 // An OIDC token source (e.g. from golang.org/x/oauth2 after a login)

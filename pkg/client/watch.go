@@ -175,7 +175,7 @@ func retryableWatchError(err error) bool {
 	case codes.Unauthenticated:
 		// The token expired during the watch: the next call asks the
 		// token source for a fresh one.
-		return Reason(err) == "TOKEN_EXPIRED"
+		return Reason(err) == ReasonTokenExpired
 	}
 	return false
 }

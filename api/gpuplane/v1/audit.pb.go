@@ -28,8 +28,9 @@ const (
 // change itself.
 type AuditEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Identifier.
-	Time  *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// auditEvents/{audit_event}
+	Name string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
 	// Subject of the caller; "system:<component>" for the platform itself.
 	Actor       string   `protobuf:"bytes,3,opt,name=actor,proto3" json:"actor,omitempty"`
 	ActorGroups []string `protobuf:"bytes,4,rep,name=actor_groups,json=actorGroups,proto3" json:"actor_groups,omitempty"`
@@ -40,12 +41,17 @@ type AuditEvent struct {
 	// The caller's idempotency key, when it sent one.
 	RequestId string `protobuf:"bytes,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// The server-assigned id of the API call (x-request-id).
-	CorrelationId string           `protobuf:"bytes,8,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
-	Before        *structpb.Struct `protobuf:"bytes,9,opt,name=before,proto3" json:"before,omitempty"`
-	After         *structpb.Struct `protobuf:"bytes,10,opt,name=after,proto3" json:"after,omitempty"`
-	// Scope used for authorization of reads.
+	CorrelationId string `protobuf:"bytes,8,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
+	// The resource before the change, as the API renders it (JSON field
+	// names); absent for a create.
+	Before *structpb.Struct `protobuf:"bytes,9,opt,name=before,proto3" json:"before,omitempty"`
+	// The resource after the change, as the API renders it (JSON field
+	// names); absent for a delete.
+	After *structpb.Struct `protobuf:"bytes,10,opt,name=after,proto3" json:"after,omitempty"`
+	// departments/{department} of the resource: who may read the event.
 	Department string `protobuf:"bytes,11,opt,name=department,proto3" json:"department,omitempty"`
-	Team       string `protobuf:"bytes,12,opt,name=team,proto3" json:"team,omitempty"`
+	// teams/{team} of the resource, when it belongs to a team.
+	Team string `protobuf:"bytes,12,opt,name=team,proto3" json:"team,omitempty"`
 	// The incarnation (uid) of the resource changed, when it is a
 	// department, team or virtual cluster: events of a namesake deleted
 	// earlier carry another uid.
@@ -176,9 +182,11 @@ func (x *AuditEvent) GetResourceUid() string {
 }
 
 type ListAuditEventsRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	PageSize  int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Default 50, at most 500.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Fields: resource (exact, or a prefix ending in "*": "teams/team-a*"),
 	// resource_uid, actor, action, team, department, time (with >=, <, etc.
 	// and an RFC 3339 value). Team members read the events of their team's
@@ -245,8 +253,9 @@ func (x *ListAuditEventsRequest) GetFilter() string {
 type ListAuditEventsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Newest first.
-	AuditEvents   []*AuditEvent `protobuf:"bytes,1,rep,name=audit_events,json=auditEvents,proto3" json:"audit_events,omitempty"`
-	NextPageToken string        `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	AuditEvents []*AuditEvent `protobuf:"bytes,1,rep,name=audit_events,json=auditEvents,proto3" json:"audit_events,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -299,26 +308,26 @@ var File_gpuplane_v1_audit_proto protoreflect.FileDescriptor
 
 const file_gpuplane_v1_audit_proto_rawDesc = "" +
 	"\n" +
-	"\x17gpuplane/v1/audit.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xba\x03\n" +
+	"\x17gpuplane/v1/audit.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8a\x04\n" +
 	"\n" +
-	"AuditEvent\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
-	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x14\n" +
-	"\x05actor\x18\x03 \x01(\tR\x05actor\x12!\n" +
-	"\factor_groups\x18\x04 \x03(\tR\vactorGroups\x12\x16\n" +
-	"\x06action\x18\x05 \x01(\tR\x06action\x12\x1a\n" +
-	"\bresource\x18\x06 \x01(\tR\bresource\x12\x1d\n" +
+	"AuditEvent\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\bR\x04name\x124\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\x04time\x12\x1a\n" +
+	"\x05actor\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\x05actor\x12'\n" +
+	"\factor_groups\x18\x04 \x03(\tB\x04\xe2A\x01\x03R\vactorGroups\x12\x1c\n" +
+	"\x06action\x18\x05 \x01(\tB\x04\xe2A\x01\x03R\x06action\x12 \n" +
+	"\bresource\x18\x06 \x01(\tB\x04\xe2A\x01\x03R\bresource\x12#\n" +
 	"\n" +
-	"request_id\x18\a \x01(\tR\trequestId\x12%\n" +
-	"\x0ecorrelation_id\x18\b \x01(\tR\rcorrelationId\x12/\n" +
-	"\x06before\x18\t \x01(\v2\x17.google.protobuf.StructR\x06before\x12-\n" +
+	"request_id\x18\a \x01(\tB\x04\xe2A\x01\x03R\trequestId\x12+\n" +
+	"\x0ecorrelation_id\x18\b \x01(\tB\x04\xe2A\x01\x03R\rcorrelationId\x126\n" +
+	"\x06before\x18\t \x01(\v2\x17.google.protobuf.StructB\x05\xe2A\x02\x03\x01R\x06before\x124\n" +
 	"\x05after\x18\n" +
-	" \x01(\v2\x17.google.protobuf.StructR\x05after\x12\x1e\n" +
+	" \x01(\v2\x17.google.protobuf.StructB\x05\xe2A\x02\x03\x01R\x05after\x12$\n" +
 	"\n" +
-	"department\x18\v \x01(\tR\n" +
-	"department\x12\x12\n" +
-	"\x04team\x18\f \x01(\tR\x04team\x12!\n" +
-	"\fresource_uid\x18\r \x01(\tR\vresourceUid\"l\n" +
+	"department\x18\v \x01(\tB\x04\xe2A\x01\x03R\n" +
+	"department\x12\x18\n" +
+	"\x04team\x18\f \x01(\tB\x04\xe2A\x01\x03R\x04team\x12'\n" +
+	"\fresource_uid\x18\r \x01(\tB\x04\xe2A\x01\x03R\vresourceUid\"l\n" +
 	"\x16ListAuditEventsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +

@@ -25,7 +25,14 @@ const (
 // AuditServiceClient is the client API for AuditService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// The audit log: every change, who made it and what it looked like before
+// and after.
 type AuditServiceClient interface {
+	// List audit events, newest first.
+	//
+	// Platform admins see every event, department admins their departments'
+	// and team members their teams'.
 	ListAuditEvents(ctx context.Context, in *ListAuditEventsRequest, opts ...grpc.CallOption) (*ListAuditEventsResponse, error)
 }
 
@@ -50,7 +57,14 @@ func (c *auditServiceClient) ListAuditEvents(ctx context.Context, in *ListAuditE
 // AuditServiceServer is the server API for AuditService service.
 // All implementations must embed UnimplementedAuditServiceServer
 // for forward compatibility.
+//
+// The audit log: every change, who made it and what it looked like before
+// and after.
 type AuditServiceServer interface {
+	// List audit events, newest first.
+	//
+	// Platform admins see every event, department admins their departments'
+	// and team members their teams'.
 	ListAuditEvents(context.Context, *ListAuditEventsRequest) (*ListAuditEventsResponse, error)
 	mustEmbedUnimplementedAuditServiceServer()
 }

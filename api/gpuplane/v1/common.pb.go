@@ -7,6 +7,7 @@
 package gpuplanev1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -140,15 +141,26 @@ func (TeamRole) EnumDescriptor() ([]byte, []int) {
 }
 
 // Quota is an amount of the three resources a KAI queue divides.
+//
+// Responses always carry all three canonical amounts (gpu, cpuMillis,
+// memoryBytes), zero included. Requests may give CPU and memory either as
+// canonical numbers or as Kubernetes quantity strings in cpu and memory;
+// setting both forms of one resource is refused unless they agree.
 type Quota struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// GPUs as a decimal string with at most two fractional digits ("0.5" is
 	// half a GPU). A string, not a float, so 0.25 + 0.75 is exactly 1.
 	Gpu string `protobuf:"bytes,1,opt,name=gpu,proto3" json:"gpu,omitempty"`
-	// CPU in millicores (1000 = one CPU).
+	// CPU in millicores (1000 = one CPU), an integer. To give cores, use cpu.
 	CpuMillis int64 `protobuf:"varint,2,opt,name=cpu_millis,json=cpuMillis,proto3" json:"cpu_millis,omitempty"`
-	// Memory in bytes.
-	MemoryBytes   int64 `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// Memory in bytes, an integer. To give "64Gi", use memory.
+	MemoryBytes int64 `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// CPU as a Kubernetes quantity instead of cpu_millis: cores ("16",
+	// "2.5") or millicores ("500m"). Input only: responses carry cpu_millis.
+	Cpu *string `protobuf:"bytes,4,opt,name=cpu,proto3,oneof" json:"cpu,omitempty"`
+	// Memory as a Kubernetes quantity instead of memory_bytes: "64Gi",
+	// "512Mi", "1G" or plain bytes. Input only: responses carry memory_bytes.
+	Memory        *string `protobuf:"bytes,5,opt,name=memory,proto3,oneof" json:"memory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -204,16 +216,34 @@ func (x *Quota) GetMemoryBytes() int64 {
 	return 0
 }
 
+func (x *Quota) GetCpu() string {
+	if x != nil && x.Cpu != nil {
+		return *x.Cpu
+	}
+	return ""
+}
+
+func (x *Quota) GetMemory() string {
+	if x != nil && x.Memory != nil {
+		return *x.Memory
+	}
+	return ""
+}
+
 var File_gpuplane_v1_common_proto protoreflect.FileDescriptor
 
 const file_gpuplane_v1_common_proto_rawDesc = "" +
 	"\n" +
-	"\x18gpuplane/v1/common.proto\x12\vgpuplane.v1\"[\n" +
+	"\x18gpuplane/v1/common.proto\x12\vgpuplane.v1\x1a\x1fgoogle/api/field_behavior.proto\"\xae\x01\n" +
 	"\x05Quota\x12\x10\n" +
 	"\x03gpu\x18\x01 \x01(\tR\x03gpu\x12\x1d\n" +
 	"\n" +
 	"cpu_millis\x18\x02 \x01(\x03R\tcpuMillis\x12!\n" +
-	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes*W\n" +
+	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes\x12\x1b\n" +
+	"\x03cpu\x18\x04 \x01(\tB\x04\xe2A\x01\x04H\x00R\x03cpu\x88\x01\x01\x12!\n" +
+	"\x06memory\x18\x05 \x01(\tB\x04\xe2A\x01\x04H\x01R\x06memory\x88\x01\x01B\x06\n" +
+	"\x04_cpuB\t\n" +
+	"\a_memory*W\n" +
 	"\rIsolationTier\x12\x1e\n" +
 	"\x1aISOLATION_TIER_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
@@ -260,6 +290,7 @@ func file_gpuplane_v1_common_proto_init() {
 	if File_gpuplane_v1_common_proto != nil {
 		return
 	}
+	file_gpuplane_v1_common_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -87,7 +87,7 @@ func (WatchEventKind) EnumDescriptor() ([]byte, []int) {
 type WatchVirtualClustersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// teams/{team}, or teams/- for every team the caller can read.
-	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"` // Required.
+	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
 	// departments/{department}: only virtual clusters of its teams.
 	Department string `protobuf:"bytes,2,opt,name=department,proto3" json:"department,omitempty"`
 	// Only virtual clusters in these phases (before or after the change, so
@@ -433,9 +433,9 @@ var File_gpuplane_v1_events_proto protoreflect.FileDescriptor
 
 const file_gpuplane_v1_events_proto_rawDesc = "" +
 	"\n" +
-	"\x18gpuplane/v1/events.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1agpuplane/v1/workflow.proto\"\xbf\x01\n" +
-	"\x1bWatchVirtualClustersRequest\x12\x16\n" +
-	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1e\n" +
+	"\x18gpuplane/v1/events.proto\x12\vgpuplane.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1agpuplane/v1/workflow.proto\"\xc5\x01\n" +
+	"\x1bWatchVirtualClustersRequest\x12\x1c\n" +
+	"\x06parent\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x06parent\x12\x1e\n" +
 	"\n" +
 	"department\x18\x02 \x01(\tR\n" +
 	"department\x12?\n" +

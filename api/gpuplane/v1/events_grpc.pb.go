@@ -50,7 +50,9 @@ const (
 // line, and a final {"error": <status>} line if the stream fails after it
 // started.
 type WatchServiceClient interface {
+	// Watch a team's virtual clusters (or every readable team's, team "-").
 	WatchVirtualClusters(ctx context.Context, in *WatchVirtualClustersRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[VirtualClusterEvent], error)
+	// Watch the requests the caller may read.
 	WatchRequests(ctx context.Context, in *WatchRequestsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RequestEvent], error)
 }
 
@@ -127,7 +129,9 @@ type WatchService_WatchRequestsClient = grpc.ServerStreamingClient[RequestEvent]
 // line, and a final {"error": <status>} line if the stream fails after it
 // started.
 type WatchServiceServer interface {
+	// Watch a team's virtual clusters (or every readable team's, team "-").
 	WatchVirtualClusters(*WatchVirtualClustersRequest, grpc.ServerStreamingServer[VirtualClusterEvent]) error
+	// Watch the requests the caller may read.
 	WatchRequests(*WatchRequestsRequest, grpc.ServerStreamingServer[RequestEvent]) error
 	mustEmbedUnimplementedWatchServiceServer()
 }

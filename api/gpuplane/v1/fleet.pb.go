@@ -52,10 +52,10 @@ type HostCluster struct {
 	// A cordoned host cluster keeps its virtual clusters but gets no new
 	// ones.
 	Cordoned      bool                   `protobuf:"varint,7,opt,name=cordoned,proto3" json:"cordoned,omitempty"`
-	Status        *HostClusterStatus     `protobuf:"bytes,8,opt,name=status,proto3" json:"status,omitempty"`                            // Output only.
-	Etag          string                 `protobuf:"bytes,9,opt,name=etag,proto3" json:"etag,omitempty"`                                // Output only.
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"` // Output only.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"` // Output only.
+	Status        *HostClusterStatus     `protobuf:"bytes,8,opt,name=status,proto3" json:"status,omitempty"`
+	Etag          string                 `protobuf:"bytes,9,opt,name=etag,proto3" json:"etag,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -242,7 +242,7 @@ func (*InCluster) Descriptor() ([]byte, []int) {
 // SecretReference names a key of a Secret in gpuplane's own namespace.
 type SecretReference struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Default "kubeconfig".
 	Key           string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -488,7 +488,7 @@ func (x *NodePoolStatus) GetAssigned() *Quota {
 
 type GetHostClusterRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -637,8 +637,8 @@ func (x *ListHostClustersResponse) GetNextPageToken() string {
 type CreateHostClusterRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// DNS-1123 label.
-	HostClusterId string       `protobuf:"bytes,1,opt,name=host_cluster_id,json=hostClusterId,proto3" json:"host_cluster_id,omitempty"` // Required.
-	HostCluster   *HostCluster `protobuf:"bytes,2,opt,name=host_cluster,json=hostCluster,proto3" json:"host_cluster,omitempty"`         // Required.
+	HostClusterId string       `protobuf:"bytes,1,opt,name=host_cluster_id,json=hostClusterId,proto3" json:"host_cluster_id,omitempty"`
+	HostCluster   *HostCluster `protobuf:"bytes,2,opt,name=host_cluster,json=hostCluster,proto3" json:"host_cluster,omitempty"`
 	RequestId     string       `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -697,7 +697,7 @@ func (x *CreateHostClusterRequest) GetRequestId() string {
 
 type UpdateHostClusterRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
-	HostCluster *HostCluster           `protobuf:"bytes,1,opt,name=host_cluster,json=hostCluster,proto3" json:"host_cluster,omitempty"` // Required.
+	HostCluster *HostCluster           `protobuf:"bytes,1,opt,name=host_cluster,json=hostCluster,proto3" json:"host_cluster,omitempty"`
 	// Paths: display_name, tiers, labels, cordoned, in_cluster,
 	// kubeconfig_secret. Empty or "*" = all.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
@@ -751,7 +751,7 @@ func (x *UpdateHostClusterRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
 
 type DeleteHostClusterRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Etag          string                 `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -805,7 +805,7 @@ var File_gpuplane_v1_fleet_proto protoreflect.FileDescriptor
 
 const file_gpuplane_v1_fleet_proto_rawDesc = "" +
 	"\n" +
-	"\x17gpuplane/v1/fleet.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18gpuplane/v1/common.proto\x1a\x1agpuplane/v1/workflow.proto\"\xe5\x04\n" +
+	"\x17gpuplane/v1/fleet.proto\x12\vgpuplane.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18gpuplane/v1/common.proto\x1a\x1agpuplane/v1/workflow.proto\"\xf7\x04\n" +
 	"\vHostCluster\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
 	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x127\n" +
@@ -814,22 +814,22 @@ const file_gpuplane_v1_fleet_proto_rawDesc = "" +
 	"\x11kubeconfig_secret\x18\x04 \x01(\v2\x1c.gpuplane.v1.SecretReferenceH\x00R\x10kubeconfigSecret\x120\n" +
 	"\x05tiers\x18\x05 \x03(\x0e2\x1a.gpuplane.v1.IsolationTierR\x05tiers\x12<\n" +
 	"\x06labels\x18\x06 \x03(\v2$.gpuplane.v1.HostCluster.LabelsEntryR\x06labels\x12\x1a\n" +
-	"\bcordoned\x18\a \x01(\bR\bcordoned\x126\n" +
-	"\x06status\x18\b \x01(\v2\x1e.gpuplane.v1.HostClusterStatusR\x06status\x12\x12\n" +
-	"\x04etag\x18\t \x01(\tR\x04etag\x12;\n" +
+	"\bcordoned\x18\a \x01(\bR\bcordoned\x12<\n" +
+	"\x06status\x18\b \x01(\v2\x1e.gpuplane.v1.HostClusterStatusB\x04\xe2A\x01\x03R\x06status\x12\x12\n" +
+	"\x04etag\x18\t \x01(\tR\x04etag\x12A\n" +
 	"\vcreate_time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
-	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\x12A\n" +
+	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
 	"updateTime\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\f\n" +
 	"\n" +
 	"connection\"\v\n" +
-	"\tInCluster\"7\n" +
-	"\x0fSecretReference\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\tInCluster\"=\n" +
+	"\x0fSecretReference\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\"\xc2\x03\n" +
 	"\x11HostClusterStatus\x12\x1c\n" +
 	"\treachable\x18\x01 \x01(\bR\treachable\x12-\n" +
@@ -849,27 +849,27 @@ const file_gpuplane_v1_fleet_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05nodes\x18\x02 \x01(\x05R\x05nodes\x12.\n" +
 	"\bcapacity\x18\x03 \x01(\v2\x12.gpuplane.v1.QuotaR\bcapacity\x12.\n" +
-	"\bassigned\x18\x04 \x01(\v2\x12.gpuplane.v1.QuotaR\bassigned\"+\n" +
-	"\x15GetHostClusterRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"U\n" +
+	"\bassigned\x18\x04 \x01(\v2\x12.gpuplane.v1.QuotaR\bassigned\"1\n" +
+	"\x15GetHostClusterRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\"U\n" +
 	"\x17ListHostClustersRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"\x81\x01\n" +
 	"\x18ListHostClustersResponse\x12=\n" +
 	"\rhost_clusters\x18\x01 \x03(\v2\x18.gpuplane.v1.HostClusterR\fhostClusters\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x9e\x01\n" +
-	"\x18CreateHostClusterRequest\x12&\n" +
-	"\x0fhost_cluster_id\x18\x01 \x01(\tR\rhostClusterId\x12;\n" +
-	"\fhost_cluster\x18\x02 \x01(\v2\x18.gpuplane.v1.HostClusterR\vhostCluster\x12\x1d\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xaa\x01\n" +
+	"\x18CreateHostClusterRequest\x12,\n" +
+	"\x0fhost_cluster_id\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\rhostClusterId\x12A\n" +
+	"\fhost_cluster\x18\x02 \x01(\v2\x18.gpuplane.v1.HostClusterB\x04\xe2A\x01\x02R\vhostCluster\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"\x94\x01\n" +
-	"\x18UpdateHostClusterRequest\x12;\n" +
-	"\fhost_cluster\x18\x01 \x01(\v2\x18.gpuplane.v1.HostClusterR\vhostCluster\x12;\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"\x9a\x01\n" +
+	"\x18UpdateHostClusterRequest\x12A\n" +
+	"\fhost_cluster\x18\x01 \x01(\v2\x18.gpuplane.v1.HostClusterB\x04\xe2A\x01\x02R\vhostCluster\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
-	"updateMask\"B\n" +
-	"\x18DeleteHostClusterRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"updateMask\"H\n" +
+	"\x18DeleteHostClusterRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag2\x8c\x05\n" +
 	"\x12HostClusterService\x12q\n" +
 	"\x0eGetHostCluster\x12\".gpuplane.v1.GetHostClusterRequest\x1a\x18.gpuplane.v1.HostCluster\"!\x82\xd3\xe4\x93\x02\x1b\x12\x19/v1/{name=hostClusters/*}\x12y\n" +

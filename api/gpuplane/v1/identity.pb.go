@@ -58,6 +58,7 @@ func (*GetCurrentUserRequest) Descriptor() ([]byte, []int) {
 	return file_gpuplane_v1_identity_proto_rawDescGZIP(), []int{0}
 }
 
+// User is the caller as the server sees its token.
 type User struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The token's subject.
@@ -153,6 +154,7 @@ func (x *User) GetTeamRoles() []*TeamRoleBinding {
 	return nil
 }
 
+// TeamRoleBinding is the caller's role on one team.
 type TeamRoleBinding struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// teams/{team}
@@ -219,21 +221,21 @@ var File_gpuplane_v1_identity_proto protoreflect.FileDescriptor
 
 const file_gpuplane_v1_identity_proto_rawDesc = "" +
 	"\n" +
-	"\x1agpuplane/v1/identity.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x18gpuplane/v1/common.proto\"\x17\n" +
-	"\x15GetCurrentUserRequest\"\x80\x02\n" +
-	"\x04User\x12\x18\n" +
-	"\asubject\x18\x01 \x01(\tR\asubject\x12\x1a\n" +
-	"\busername\x18\x02 \x01(\tR\busername\x12\x14\n" +
-	"\x05email\x18\x03 \x01(\tR\x05email\x12\x16\n" +
-	"\x06groups\x18\x04 \x03(\tR\x06groups\x12%\n" +
-	"\x0eplatform_admin\x18\x05 \x01(\bR\rplatformAdmin\x120\n" +
-	"\x14admin_of_departments\x18\x06 \x03(\tR\x12adminOfDepartments\x12;\n" +
+	"\x1agpuplane/v1/identity.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x18gpuplane/v1/common.proto\"\x17\n" +
+	"\x15GetCurrentUserRequest\"\xaa\x02\n" +
+	"\x04User\x12\x1e\n" +
+	"\asubject\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\asubject\x12 \n" +
+	"\busername\x18\x02 \x01(\tB\x04\xe2A\x01\x03R\busername\x12\x1a\n" +
+	"\x05email\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\x05email\x12\x1c\n" +
+	"\x06groups\x18\x04 \x03(\tB\x04\xe2A\x01\x03R\x06groups\x12+\n" +
+	"\x0eplatform_admin\x18\x05 \x01(\bB\x04\xe2A\x01\x03R\rplatformAdmin\x126\n" +
+	"\x14admin_of_departments\x18\x06 \x03(\tB\x04\xe2A\x01\x03R\x12adminOfDepartments\x12A\n" +
 	"\n" +
-	"team_roles\x18\a \x03(\v2\x1c.gpuplane.v1.TeamRoleBindingR\tteamRoles\"q\n" +
-	"\x0fTeamRoleBinding\x12\x12\n" +
-	"\x04team\x18\x01 \x01(\tR\x04team\x12)\n" +
-	"\x04role\x18\x02 \x01(\x0e2\x15.gpuplane.v1.TeamRoleR\x04role\x12\x1f\n" +
-	"\vvia_members\x18\x03 \x03(\tR\n" +
+	"team_roles\x18\a \x03(\v2\x1c.gpuplane.v1.TeamRoleBindingB\x04\xe2A\x01\x03R\tteamRoles\"\x83\x01\n" +
+	"\x0fTeamRoleBinding\x12\x18\n" +
+	"\x04team\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\x04team\x12/\n" +
+	"\x04role\x18\x02 \x01(\x0e2\x15.gpuplane.v1.TeamRoleB\x04\xe2A\x01\x03R\x04role\x12%\n" +
+	"\vvia_members\x18\x03 \x03(\tB\x04\xe2A\x01\x03R\n" +
 	"viaMembers2p\n" +
 	"\x0fIdentityService\x12]\n" +
 	"\x0eGetCurrentUser\x12\".gpuplane.v1.GetCurrentUserRequest\x1a\x11.gpuplane.v1.User\"\x14\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/users/meB9Z7github.com/gpuplane/gpuplane/api/gpuplane/v1;gpuplanev1b\x06proto3"

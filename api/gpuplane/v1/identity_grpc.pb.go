@@ -25,8 +25,14 @@ const (
 // IdentityServiceClient is the client API for IdentityService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// The caller as the server sees its token: identity, groups and roles.
 type IdentityServiceClient interface {
-	// Who the caller is, as the server sees the token, and what it may do.
+	// Who the caller is, and what it may do.
+	//
+	// The token's subject, username and groups as the server verified them,
+	// whether the caller is a platform admin, the departments it
+	// administers and its role on every team.
 	GetCurrentUser(ctx context.Context, in *GetCurrentUserRequest, opts ...grpc.CallOption) (*User, error)
 }
 
@@ -51,8 +57,14 @@ func (c *identityServiceClient) GetCurrentUser(ctx context.Context, in *GetCurre
 // IdentityServiceServer is the server API for IdentityService service.
 // All implementations must embed UnimplementedIdentityServiceServer
 // for forward compatibility.
+//
+// The caller as the server sees its token: identity, groups and roles.
 type IdentityServiceServer interface {
-	// Who the caller is, as the server sees the token, and what it may do.
+	// Who the caller is, and what it may do.
+	//
+	// The token's subject, username and groups as the server verified them,
+	// whether the caller is a platform admin, the departments it
+	// administers and its role on every team.
 	GetCurrentUser(context.Context, *GetCurrentUserRequest) (*User, error)
 	mustEmbedUnimplementedIdentityServiceServer()
 }

@@ -30,18 +30,20 @@ const (
 type Department struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// departments/{department}; the id is a DNS-1123 label.
-	Name        string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Identifier.
+	Name        string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	DisplayName string `protobuf:"bytes,2,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
 	// The most the department's teams may be granted in total.
 	QuotaBudget *Quota `protobuf:"bytes,3,opt,name=quota_budget,json=quotaBudget,proto3" json:"quota_budget,omitempty"`
 	// OIDC groups whose members administer this department.
-	AdminGroups []string               `protobuf:"bytes,4,rep,name=admin_groups,json=adminGroups,proto3" json:"admin_groups,omitempty"`
-	Etag        string                 `protobuf:"bytes,5,opt,name=etag,proto3" json:"etag,omitempty"`                               // Output only.
-	CreateTime  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"` // Output only.
-	UpdateTime  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"` // Output only.
+	AdminGroups []string `protobuf:"bytes,4,rep,name=admin_groups,json=adminGroups,proto3" json:"admin_groups,omitempty"`
+	// Changes on every update; send it back on update or delete to make the
+	// change conditional (a stale etag gets ABORTED / HTTP 409).
+	Etag       string                 `protobuf:"bytes,5,opt,name=etag,proto3" json:"etag,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// This incarnation of the department: a department created later with
 	// the same id has another uid (and none of this one's audit history).
-	Uid string `protobuf:"bytes,8,opt,name=uid,proto3" json:"uid,omitempty"` // Output only.
+	Uid string `protobuf:"bytes,8,opt,name=uid,proto3" json:"uid,omitempty"`
 	// Separation of duties: the requester of a request of this department
 	// may not approve or reject it (platform admins may, audited as
 	// ApproveOwnRequest / RejectOwnRequest). Unset on create: true.
@@ -160,17 +162,19 @@ func (x *Department) GetSleepingKeepsQuota() bool {
 type Team struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// teams/{team}; the id is a DNS-1123 label, unique platform-wide.
-	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Identifier.
-	// departments/{department}
-	Department    string        `protobuf:"bytes,2,opt,name=department,proto3" json:"department,omitempty"` // Required.
-	DisplayName   string        `protobuf:"bytes,3,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// departments/{department}; a team never moves to another department.
+	Department  string `protobuf:"bytes,2,opt,name=department,proto3" json:"department,omitempty"`
+	DisplayName string `protobuf:"bytes,3,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	// SHARED when not given on create.
 	IsolationTier IsolationTier `protobuf:"varint,4,opt,name=isolation_tier,json=isolationTier,proto3,enum=gpuplane.v1.IsolationTier" json:"isolation_tier,omitempty"`
 	// Guaranteed resources of the team; the sum of its virtual clusters'
 	// quotas never exceeds it.
-	Quota      *Quota                 `protobuf:"bytes,5,opt,name=quota,proto3" json:"quota,omitempty"`
-	Etag       string                 `protobuf:"bytes,6,opt,name=etag,proto3" json:"etag,omitempty"`                               // Output only.
-	CreateTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"` // Output only.
-	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"` // Output only.
+	Quota *Quota `protobuf:"bytes,5,opt,name=quota,proto3" json:"quota,omitempty"`
+	// Send it back on update or delete to make the change conditional.
+	Etag       string                 `protobuf:"bytes,6,opt,name=etag,proto3" json:"etag,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// The node pool the team's virtual clusters run on: nodes labelled
 	// gpuplane.io/pool=<node_pool>. SHARED teams share the pool "shared"
 	// (nodes without the label belong to it too). A DEDICATED team has a pool
@@ -181,7 +185,7 @@ type Team struct {
 	NodePool string `protobuf:"bytes,9,opt,name=node_pool,json=nodePool,proto3" json:"node_pool,omitempty"`
 	// This incarnation of the team: a team created later with the same id
 	// has another uid, and its members do not see this one's history.
-	Uid string `protobuf:"bytes,10,opt,name=uid,proto3" json:"uid,omitempty"` // Output only.
+	Uid string `protobuf:"bytes,10,opt,name=uid,proto3" json:"uid,omitempty"`
 	// Auto-sleep: a virtual cluster of the team that has been idle this
 	// long is put to sleep (audited as system:auto-sleep). Idle means no GPU
 	// allocated in its KAI leaf queue and no API activity about it (a
@@ -303,16 +307,19 @@ func (x *Team) GetAutoSleepAfter() *durationpb.Duration {
 type Member struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// teams/{team}/members/{member}
-	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Identifier.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Exactly one of user and group; it cannot change.
+	//
 	// Types that are valid to be assigned to Principal:
 	//
 	//	*Member_User
 	//	*Member_Group
-	Principal     isMember_Principal     `protobuf_oneof:"principal"`
-	Role          TeamRole               `protobuf:"varint,4,opt,name=role,proto3,enum=gpuplane.v1.TeamRole" json:"role,omitempty"`    // Required.
-	Etag          string                 `protobuf:"bytes,5,opt,name=etag,proto3" json:"etag,omitempty"`                               // Output only.
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"` // Output only.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"` // Output only.
+	Principal isMember_Principal `protobuf_oneof:"principal"`
+	Role      TeamRole           `protobuf:"varint,4,opt,name=role,proto3,enum=gpuplane.v1.TeamRole" json:"role,omitempty"`
+	// Send it back on update or delete to make the change conditional.
+	Etag          string                 `protobuf:"bytes,5,opt,name=etag,proto3" json:"etag,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -426,8 +433,9 @@ func (*Member_User) isMember_Principal() {}
 func (*Member_Group) isMember_Principal() {}
 
 type GetDepartmentRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// departments/{department}
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -472,7 +480,8 @@ func (x *GetDepartmentRequest) GetName() string {
 type ListDepartmentsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Default 50, at most 500.
-	PageSize  int32  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page.
 	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Conjunction of `field = "value"` terms; fields: display_name.
 	Filter        string `protobuf:"bytes,3,opt,name=filter,proto3" json:"filter,omitempty"`
@@ -532,9 +541,10 @@ func (x *ListDepartmentsRequest) GetFilter() string {
 }
 
 type ListDepartmentsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Departments   []*Department          `protobuf:"bytes,1,rep,name=departments,proto3" json:"departments,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Departments []*Department          `protobuf:"bytes,1,rep,name=departments,proto3" json:"departments,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -585,9 +595,9 @@ func (x *ListDepartmentsResponse) GetNextPageToken() string {
 
 type CreateDepartmentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// DNS-1123 label.
-	DepartmentId string      `protobuf:"bytes,1,opt,name=department_id,json=departmentId,proto3" json:"department_id,omitempty"` // Required.
-	Department   *Department `protobuf:"bytes,2,opt,name=department,proto3" json:"department,omitempty"`                         // Required.
+	// The new department's id, a DNS-1123 label.
+	DepartmentId string      `protobuf:"bytes,1,opt,name=department_id,json=departmentId,proto3" json:"department_id,omitempty"`
+	Department   *Department `protobuf:"bytes,2,opt,name=department,proto3" json:"department,omitempty"`
 	// Idempotency key: a retry with the same request_id returns the first
 	// result without writing again.
 	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -647,9 +657,11 @@ func (x *CreateDepartmentRequest) GetRequestId() string {
 }
 
 type UpdateDepartmentRequest struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	Department *Department            `protobuf:"bytes,1,opt,name=department,proto3" json:"department,omitempty"` // Required.
-	// Paths: display_name, quota_budget, admin_groups. Empty or "*" = all.
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The department, with name set; only the fields in update_mask change.
+	Department *Department `protobuf:"bytes,1,opt,name=department,proto3" json:"department,omitempty"`
+	// Paths: display_name, quota_budget (or quota_budget.gpu, ...),
+	// admin_groups, in proto or JSON form. Empty or "*" = all.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -701,7 +713,8 @@ func (x *UpdateDepartmentRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
 
 type DeleteDepartmentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
+	// departments/{department}
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// When set, must match the current etag.
 	Etag          string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -753,8 +766,9 @@ func (x *DeleteDepartmentRequest) GetEtag() string {
 }
 
 type GetTeamRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// teams/{team}
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -797,9 +811,11 @@ func (x *GetTeamRequest) GetName() string {
 }
 
 type ListTeamsRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	PageSize  int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Default 50, at most 500.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Fields: department, isolation_tier, display_name.
 	// Example: department = "departments/research" AND isolation_tier = SHARED
 	Filter        string `protobuf:"bytes,3,opt,name=filter,proto3" json:"filter,omitempty"`
@@ -859,9 +875,10 @@ func (x *ListTeamsRequest) GetFilter() string {
 }
 
 type ListTeamsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Teams         []*Team                `protobuf:"bytes,1,rep,name=teams,proto3" json:"teams,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Teams []*Team                `protobuf:"bytes,1,rep,name=teams,proto3" json:"teams,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -911,10 +928,13 @@ func (x *ListTeamsResponse) GetNextPageToken() string {
 }
 
 type CreateTeamRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TeamId        string                 `protobuf:"bytes,1,opt,name=team_id,json=teamId,proto3" json:"team_id,omitempty"` // Required.
-	Team          *Team                  `protobuf:"bytes,2,opt,name=team,proto3" json:"team,omitempty"`                   // Required.
-	RequestId     string                 `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new team's id, a DNS-1123 label unique platform-wide.
+	TeamId string `protobuf:"bytes,1,opt,name=team_id,json=teamId,proto3" json:"team_id,omitempty"`
+	Team   *Team  `protobuf:"bytes,2,opt,name=team,proto3" json:"team,omitempty"`
+	// Idempotency key: a retry with the same request_id returns the first
+	// result without writing again.
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -972,8 +992,10 @@ func (x *CreateTeamRequest) GetRequestId() string {
 
 type UpdateTeamRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Team  *Team                  `protobuf:"bytes,1,opt,name=team,proto3" json:"team,omitempty"` // Required.
-	// Paths: display_name, isolation_tier, quota. Empty or "*" = all.
+	// The team, with name set; only the fields in update_mask change.
+	Team *Team `protobuf:"bytes,1,opt,name=team,proto3" json:"team,omitempty"`
+	// Paths: display_name, isolation_tier, quota (or quota.gpu, ...),
+	// node_pool, in proto or JSON form. Empty or "*" = all.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1024,9 +1046,11 @@ func (x *UpdateTeamRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
 }
 
 type DeleteTeamRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
-	Etag          string                 `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// teams/{team}
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// When set, must match the current etag.
+	Etag          string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1076,8 +1100,9 @@ func (x *DeleteTeamRequest) GetEtag() string {
 }
 
 type GetMemberRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// teams/{team}/members/{member}
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1122,8 +1147,10 @@ func (x *GetMemberRequest) GetName() string {
 type ListMembersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// teams/{team}
-	Parent    string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"` // Required.
-	PageSize  int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// Default 50, at most 500.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page.
 	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Fields: role, user, group.
 	Filter        string `protobuf:"bytes,4,opt,name=filter,proto3" json:"filter,omitempty"`
@@ -1190,9 +1217,10 @@ func (x *ListMembersRequest) GetFilter() string {
 }
 
 type ListMembersResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Members       []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Members []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1242,12 +1270,16 @@ func (x *ListMembersResponse) GetNextPageToken() string {
 }
 
 type CreateMemberRequest struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Parent string                 `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"` // Required.
-	// DNS-1123 label; when empty the server derives one from the principal.
-	MemberId      string  `protobuf:"bytes,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
-	Member        *Member `protobuf:"bytes,3,opt,name=member,proto3" json:"member,omitempty"` // Required.
-	RequestId     string  `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// teams/{team}
+	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// The member's id, a DNS-1123 label; when empty the server derives one
+	// from the principal.
+	MemberId string  `protobuf:"bytes,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	Member   *Member `protobuf:"bytes,3,opt,name=member,proto3" json:"member,omitempty"`
+	// Idempotency key: a retry with the same request_id returns the first
+	// result without writing again.
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1311,8 +1343,9 @@ func (x *CreateMemberRequest) GetRequestId() string {
 }
 
 type UpdateMemberRequest struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Member *Member                `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"` // Required.
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The member, with name set.
+	Member *Member `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
 	// Paths: role. Empty or "*" = role.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1364,9 +1397,11 @@ func (x *UpdateMemberRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
 }
 
 type DeleteMemberRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
-	Etag          string                 `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// teams/{team}/members/{member}
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// When set, must match the current etag.
+	Etag          string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1419,54 +1454,54 @@ var File_gpuplane_v1_tenancy_proto protoreflect.FileDescriptor
 
 const file_gpuplane_v1_tenancy_proto_rawDesc = "" +
 	"\n" +
-	"\x19gpuplane/v1/tenancy.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18gpuplane/v1/common.proto\"\xe6\x03\n" +
+	"\x19gpuplane/v1/tenancy.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18gpuplane/v1/common.proto\"\xfe\x03\n" +
 	"\n" +
-	"Department\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"Department\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\bR\x04name\x12!\n" +
 	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x125\n" +
 	"\fquota_budget\x18\x03 \x01(\v2\x12.gpuplane.v1.QuotaR\vquotaBudget\x12!\n" +
 	"\fadmin_groups\x18\x04 \x03(\tR\vadminGroups\x12\x12\n" +
-	"\x04etag\x18\x05 \x01(\tR\x04etag\x12;\n" +
-	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
-	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\x12\x10\n" +
-	"\x03uid\x18\b \x01(\tR\x03uid\x12;\n" +
+	"\x04etag\x18\x05 \x01(\tR\x04etag\x12A\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\x12A\n" +
+	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"updateTime\x12\x16\n" +
+	"\x03uid\x18\b \x01(\tB\x04\xe2A\x01\x03R\x03uid\x12;\n" +
 	"\x17requester_cannot_decide\x18\t \x01(\bH\x00R\x15requesterCannotDecide\x88\x01\x01\x125\n" +
 	"\x14sleeping_keeps_quota\x18\n" +
 	" \x01(\bH\x01R\x12sleepingKeepsQuota\x88\x01\x01B\x1a\n" +
 	"\x18_requester_cannot_decideB\x17\n" +
-	"\x15_sleeping_keeps_quota\"\xcc\x03\n" +
-	"\x04Team\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
+	"\x15_sleeping_keeps_quota\"\xeb\x03\n" +
+	"\x04Team\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\bR\x04name\x12%\n" +
 	"\n" +
-	"department\x18\x02 \x01(\tR\n" +
+	"department\x18\x02 \x01(\tB\x05\xe2A\x02\x02\x05R\n" +
 	"department\x12!\n" +
 	"\fdisplay_name\x18\x03 \x01(\tR\vdisplayName\x12A\n" +
 	"\x0eisolation_tier\x18\x04 \x01(\x0e2\x1a.gpuplane.v1.IsolationTierR\risolationTier\x12(\n" +
 	"\x05quota\x18\x05 \x01(\v2\x12.gpuplane.v1.QuotaR\x05quota\x12\x12\n" +
-	"\x04etag\x18\x06 \x01(\tR\x04etag\x12;\n" +
-	"\vcreate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
-	"\vupdate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"\x04etag\x18\x06 \x01(\tR\x04etag\x12A\n" +
+	"\vcreate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\x12A\n" +
+	"\vupdate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
 	"updateTime\x12\x1b\n" +
-	"\tnode_pool\x18\t \x01(\tR\bnodePool\x12\x10\n" +
+	"\tnode_pool\x18\t \x01(\tR\bnodePool\x12\x16\n" +
 	"\x03uid\x18\n" +
-	" \x01(\tR\x03uid\x12C\n" +
-	"\x10auto_sleep_after\x18\v \x01(\v2\x19.google.protobuf.DurationR\x0eautoSleepAfter\"\x90\x02\n" +
-	"\x06Member\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x04user\x18\x02 \x01(\tH\x00R\x04user\x12\x16\n" +
-	"\x05group\x18\x03 \x01(\tH\x00R\x05group\x12)\n" +
-	"\x04role\x18\x04 \x01(\x0e2\x15.gpuplane.v1.TeamRoleR\x04role\x12\x12\n" +
-	"\x04etag\x18\x05 \x01(\tR\x04etag\x12;\n" +
-	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
-	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	" \x01(\tB\x04\xe2A\x01\x03R\x03uid\x12C\n" +
+	"\x10auto_sleep_after\x18\v \x01(\v2\x19.google.protobuf.DurationR\x0eautoSleepAfter\"\xb4\x02\n" +
+	"\x06Member\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\bR\x04name\x12\x1a\n" +
+	"\x04user\x18\x02 \x01(\tB\x04\xe2A\x01\x05H\x00R\x04user\x12\x1c\n" +
+	"\x05group\x18\x03 \x01(\tB\x04\xe2A\x01\x05H\x00R\x05group\x12/\n" +
+	"\x04role\x18\x04 \x01(\x0e2\x15.gpuplane.v1.TeamRoleB\x04\xe2A\x01\x02R\x04role\x12\x12\n" +
+	"\x04etag\x18\x05 \x01(\tR\x04etag\x12A\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\x12A\n" +
+	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
 	"updateTimeB\v\n" +
-	"\tprincipal\"*\n" +
-	"\x14GetDepartmentRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"l\n" +
+	"\tprincipal\"0\n" +
+	"\x14GetDepartmentRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\"l\n" +
 	"\x16ListDepartmentsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -1474,25 +1509,25 @@ const file_gpuplane_v1_tenancy_proto_rawDesc = "" +
 	"\x06filter\x18\x03 \x01(\tR\x06filter\"|\n" +
 	"\x17ListDepartmentsResponse\x129\n" +
 	"\vdepartments\x18\x01 \x03(\v2\x17.gpuplane.v1.DepartmentR\vdepartments\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x96\x01\n" +
-	"\x17CreateDepartmentRequest\x12#\n" +
-	"\rdepartment_id\x18\x01 \x01(\tR\fdepartmentId\x127\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa2\x01\n" +
+	"\x17CreateDepartmentRequest\x12)\n" +
+	"\rdepartment_id\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\fdepartmentId\x12=\n" +
 	"\n" +
-	"department\x18\x02 \x01(\v2\x17.gpuplane.v1.DepartmentR\n" +
+	"department\x18\x02 \x01(\v2\x17.gpuplane.v1.DepartmentB\x04\xe2A\x01\x02R\n" +
 	"department\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"\x8f\x01\n" +
-	"\x17UpdateDepartmentRequest\x127\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"\x95\x01\n" +
+	"\x17UpdateDepartmentRequest\x12=\n" +
 	"\n" +
-	"department\x18\x01 \x01(\v2\x17.gpuplane.v1.DepartmentR\n" +
+	"department\x18\x01 \x01(\v2\x17.gpuplane.v1.DepartmentB\x04\xe2A\x01\x02R\n" +
 	"department\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
-	"updateMask\"A\n" +
-	"\x17DeleteDepartmentRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04etag\x18\x02 \x01(\tR\x04etag\"$\n" +
-	"\x0eGetTeamRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"f\n" +
+	"updateMask\"G\n" +
+	"\x17DeleteDepartmentRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12\x12\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag\"*\n" +
+	"\x0eGetTeamRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\"f\n" +
 	"\x10ListTeamsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -1500,42 +1535,42 @@ const file_gpuplane_v1_tenancy_proto_rawDesc = "" +
 	"\x06filter\x18\x03 \x01(\tR\x06filter\"d\n" +
 	"\x11ListTeamsResponse\x12'\n" +
 	"\x05teams\x18\x01 \x03(\v2\x11.gpuplane.v1.TeamR\x05teams\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"r\n" +
-	"\x11CreateTeamRequest\x12\x17\n" +
-	"\ateam_id\x18\x01 \x01(\tR\x06teamId\x12%\n" +
-	"\x04team\x18\x02 \x01(\v2\x11.gpuplane.v1.TeamR\x04team\x12\x1d\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"~\n" +
+	"\x11CreateTeamRequest\x12\x1d\n" +
+	"\ateam_id\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x06teamId\x12+\n" +
+	"\x04team\x18\x02 \x01(\v2\x11.gpuplane.v1.TeamB\x04\xe2A\x01\x02R\x04team\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"w\n" +
-	"\x11UpdateTeamRequest\x12%\n" +
-	"\x04team\x18\x01 \x01(\v2\x11.gpuplane.v1.TeamR\x04team\x12;\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"}\n" +
+	"\x11UpdateTeamRequest\x12+\n" +
+	"\x04team\x18\x01 \x01(\v2\x11.gpuplane.v1.TeamB\x04\xe2A\x01\x02R\x04team\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
-	"updateMask\";\n" +
-	"\x11DeleteTeamRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04etag\x18\x02 \x01(\tR\x04etag\"&\n" +
-	"\x10GetMemberRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x80\x01\n" +
-	"\x12ListMembersRequest\x12\x16\n" +
-	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
+	"updateMask\"A\n" +
+	"\x11DeleteTeamRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12\x12\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag\",\n" +
+	"\x10GetMemberRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\"\x86\x01\n" +
+	"\x12ListMembersRequest\x12\x1c\n" +
+	"\x06parent\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x06parent\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x16\n" +
 	"\x06filter\x18\x04 \x01(\tR\x06filter\"l\n" +
 	"\x13ListMembersResponse\x12-\n" +
 	"\amembers\x18\x01 \x03(\v2\x13.gpuplane.v1.MemberR\amembers\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x96\x01\n" +
-	"\x13CreateMemberRequest\x12\x16\n" +
-	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
-	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12+\n" +
-	"\x06member\x18\x03 \x01(\v2\x13.gpuplane.v1.MemberR\x06member\x12\x1d\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa2\x01\n" +
+	"\x13CreateMemberRequest\x12\x1c\n" +
+	"\x06parent\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x06parent\x12\x1b\n" +
+	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x121\n" +
+	"\x06member\x18\x03 \x01(\v2\x13.gpuplane.v1.MemberB\x04\xe2A\x01\x02R\x06member\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\"\x7f\n" +
-	"\x13UpdateMemberRequest\x12+\n" +
-	"\x06member\x18\x01 \x01(\v2\x13.gpuplane.v1.MemberR\x06member\x12;\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\"\x85\x01\n" +
+	"\x13UpdateMemberRequest\x121\n" +
+	"\x06member\x18\x01 \x01(\v2\x13.gpuplane.v1.MemberB\x04\xe2A\x01\x02R\x06member\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
-	"updateMask\"=\n" +
-	"\x13DeleteMemberRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"updateMask\"C\n" +
+	"\x13DeleteMemberRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag2\xf2\x04\n" +
 	"\x11DepartmentService\x12m\n" +
 	"\rGetDepartment\x12!.gpuplane.v1.GetDepartmentRequest\x1a\x17.gpuplane.v1.Department\" \x82\xd3\xe4\x93\x02\x1a\x12\x18/v1/{name=departments/*}\x12u\n" +

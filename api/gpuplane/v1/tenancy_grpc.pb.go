@@ -30,11 +30,21 @@ const (
 // DepartmentServiceClient is the client API for DepartmentService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Departments: the top of the quota hierarchy (KAI parent queues).
+// Platform admins create and delete them; department admins read theirs.
 type DepartmentServiceClient interface {
+	// Get a department.
 	GetDepartment(ctx context.Context, in *GetDepartmentRequest, opts ...grpc.CallOption) (*Department, error)
+	// List the departments the caller may read.
 	ListDepartments(ctx context.Context, in *ListDepartmentsRequest, opts ...grpc.CallOption) (*ListDepartmentsResponse, error)
+	// Create a department (platform admins).
 	CreateDepartment(ctx context.Context, in *CreateDepartmentRequest, opts ...grpc.CallOption) (*Department, error)
+	// Update a department's display name, budget or admin groups.
+	//
+	// The budget may not shrink below what its teams hold.
 	UpdateDepartment(ctx context.Context, in *UpdateDepartmentRequest, opts ...grpc.CallOption) (*Department, error)
+	// Delete a department that has no teams left (platform admins).
 	DeleteDepartment(ctx context.Context, in *DeleteDepartmentRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
 }
 
@@ -99,11 +109,21 @@ func (c *departmentServiceClient) DeleteDepartment(ctx context.Context, in *Dele
 // DepartmentServiceServer is the server API for DepartmentService service.
 // All implementations must embed UnimplementedDepartmentServiceServer
 // for forward compatibility.
+//
+// Departments: the top of the quota hierarchy (KAI parent queues).
+// Platform admins create and delete them; department admins read theirs.
 type DepartmentServiceServer interface {
+	// Get a department.
 	GetDepartment(context.Context, *GetDepartmentRequest) (*Department, error)
+	// List the departments the caller may read.
 	ListDepartments(context.Context, *ListDepartmentsRequest) (*ListDepartmentsResponse, error)
+	// Create a department (platform admins).
 	CreateDepartment(context.Context, *CreateDepartmentRequest) (*Department, error)
+	// Update a department's display name, budget or admin groups.
+	//
+	// The budget may not shrink below what its teams hold.
 	UpdateDepartment(context.Context, *UpdateDepartmentRequest) (*Department, error)
+	// Delete a department that has no teams left (platform admins).
 	DeleteDepartment(context.Context, *DeleteDepartmentRequest) (*emptypb.Empty, error)
 	mustEmbedUnimplementedDepartmentServiceServer()
 }
@@ -284,11 +304,24 @@ const (
 // TeamServiceClient is the client API for TeamService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Teams: a department's tenants, each a KAI parent queue with a quota and
+// a node pool.
 type TeamServiceClient interface {
+	// Get a team.
 	GetTeam(ctx context.Context, in *GetTeamRequest, opts ...grpc.CallOption) (*Team, error)
+	// List the teams the caller may read.
 	ListTeams(ctx context.Context, in *ListTeamsRequest, opts ...grpc.CallOption) (*ListTeamsResponse, error)
+	// Create a team in a department (platform and department admins).
+	//
+	// Its quota must fit the department's budget and its node pool.
 	CreateTeam(ctx context.Context, in *CreateTeamRequest, opts ...grpc.CallOption) (*Team, error)
+	// Update a team's display name, tier, quota or node pool.
+	//
+	// Platform and department admins only; team owners ask for quota through
+	// a CHANGE_TEAM_QUOTA request.
 	UpdateTeam(ctx context.Context, in *UpdateTeamRequest, opts ...grpc.CallOption) (*Team, error)
+	// Delete a team that has no virtual clusters left.
 	DeleteTeam(ctx context.Context, in *DeleteTeamRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
 }
 
@@ -353,11 +386,24 @@ func (c *teamServiceClient) DeleteTeam(ctx context.Context, in *DeleteTeamReques
 // TeamServiceServer is the server API for TeamService service.
 // All implementations must embed UnimplementedTeamServiceServer
 // for forward compatibility.
+//
+// Teams: a department's tenants, each a KAI parent queue with a quota and
+// a node pool.
 type TeamServiceServer interface {
+	// Get a team.
 	GetTeam(context.Context, *GetTeamRequest) (*Team, error)
+	// List the teams the caller may read.
 	ListTeams(context.Context, *ListTeamsRequest) (*ListTeamsResponse, error)
+	// Create a team in a department (platform and department admins).
+	//
+	// Its quota must fit the department's budget and its node pool.
 	CreateTeam(context.Context, *CreateTeamRequest) (*Team, error)
+	// Update a team's display name, tier, quota or node pool.
+	//
+	// Platform and department admins only; team owners ask for quota through
+	// a CHANGE_TEAM_QUOTA request.
 	UpdateTeam(context.Context, *UpdateTeamRequest) (*Team, error)
+	// Delete a team that has no virtual clusters left.
 	DeleteTeam(context.Context, *DeleteTeamRequest) (*emptypb.Empty, error)
 	mustEmbedUnimplementedTeamServiceServer()
 }
@@ -538,11 +584,18 @@ const (
 // MemberServiceClient is the client API for MemberService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Members: the users and OIDC groups with a role on a team.
 type MemberServiceClient interface {
+	// Get a member of a team.
 	GetMember(ctx context.Context, in *GetMemberRequest, opts ...grpc.CallOption) (*Member, error)
+	// List a team's members.
 	ListMembers(ctx context.Context, in *ListMembersRequest, opts ...grpc.CallOption) (*ListMembersResponse, error)
+	// Add a user or an OIDC group to a team (team owners and admins).
 	CreateMember(ctx context.Context, in *CreateMemberRequest, opts ...grpc.CallOption) (*Member, error)
+	// Change a member's role.
 	UpdateMember(ctx context.Context, in *UpdateMemberRequest, opts ...grpc.CallOption) (*Member, error)
+	// Remove a member from a team.
 	DeleteMember(ctx context.Context, in *DeleteMemberRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
 }
 
@@ -607,11 +660,18 @@ func (c *memberServiceClient) DeleteMember(ctx context.Context, in *DeleteMember
 // MemberServiceServer is the server API for MemberService service.
 // All implementations must embed UnimplementedMemberServiceServer
 // for forward compatibility.
+//
+// Members: the users and OIDC groups with a role on a team.
 type MemberServiceServer interface {
+	// Get a member of a team.
 	GetMember(context.Context, *GetMemberRequest) (*Member, error)
+	// List a team's members.
 	ListMembers(context.Context, *ListMembersRequest) (*ListMembersResponse, error)
+	// Add a user or an OIDC group to a team (team owners and admins).
 	CreateMember(context.Context, *CreateMemberRequest) (*Member, error)
+	// Change a member's role.
 	UpdateMember(context.Context, *UpdateMemberRequest) (*Member, error)
+	// Remove a member from a team.
 	DeleteMember(context.Context, *DeleteMemberRequest) (*emptypb.Empty, error)
 	mustEmbedUnimplementedMemberServiceServer()
 }

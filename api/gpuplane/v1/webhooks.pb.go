@@ -104,7 +104,7 @@ type WebhookSubscription struct {
 	// https://... (plain http only to hosts the platform allows). Addresses
 	// in loopback, private, link-local and metadata ranges are refused unless
 	// the platform allows them, when the URL is set and on every connection.
-	Url string `protobuf:"bytes,5,opt,name=url,proto3" json:"url,omitempty"` // Required.
+	Url string `protobuf:"bytes,5,opt,name=url,proto3" json:"url,omitempty"`
 	// Event types to send: exact ("request.approved"), per kind
 	// ("virtualcluster.*") or "*"; empty: all.
 	EventTypes []string `protobuf:"bytes,6,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty"`
@@ -113,20 +113,20 @@ type WebhookSubscription struct {
 	// resumes delivery and resets the failure count.
 	Disabled bool `protobuf:"varint,7,opt,name=disabled,proto3" json:"disabled,omitempty"`
 	// Why the platform disabled it.
-	DisabledReason string `protobuf:"bytes,8,opt,name=disabled_reason,json=disabledReason,proto3" json:"disabled_reason,omitempty"` // Output only.
+	DisabledReason string `protobuf:"bytes,8,opt,name=disabled_reason,json=disabledReason,proto3" json:"disabled_reason,omitempty"`
 	// The signing secret ("whsec_" + base64 of 32 random bytes). Returned
 	// only by CreateWebhookSubscription and RotateWebhookSecret.
-	Secret string `protobuf:"bytes,9,opt,name=secret,proto3" json:"secret,omitempty"` // Output only.
+	Secret string `protobuf:"bytes,9,opt,name=secret,proto3" json:"secret,omitempty"`
 	// After a rotation the previous secret signs too until this time, so
 	// receivers can switch without losing a delivery.
-	PreviousSecretExpireTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=previous_secret_expire_time,json=previousSecretExpireTime,proto3" json:"previous_secret_expire_time,omitempty"` // Output only.
+	PreviousSecretExpireTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=previous_secret_expire_time,json=previousSecretExpireTime,proto3" json:"previous_secret_expire_time,omitempty"`
 	// Failed deliveries in a row.
-	ConsecutiveFailures int32 `protobuf:"varint,11,opt,name=consecutive_failures,json=consecutiveFailures,proto3" json:"consecutive_failures,omitempty"` // Output only.
+	ConsecutiveFailures int32 `protobuf:"varint,11,opt,name=consecutive_failures,json=consecutiveFailures,proto3" json:"consecutive_failures,omitempty"`
 	// Events after this feed position are delivered (the head at creation).
-	StartPosition int64                  `protobuf:"varint,12,opt,name=start_position,json=startPosition,proto3" json:"start_position,omitempty"` // Output only.
-	Etag          string                 `protobuf:"bytes,13,opt,name=etag,proto3" json:"etag,omitempty"`                                         // Output only.
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`           // Output only.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`           // Output only.
+	StartPosition int64                  `protobuf:"varint,12,opt,name=start_position,json=startPosition,proto3" json:"start_position,omitempty"`
+	Etag          string                 `protobuf:"bytes,13,opt,name=etag,proto3" json:"etag,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -424,7 +424,7 @@ func (x *WebhookDelivery) GetCompleteTime() *timestamppb.Timestamp {
 
 type GetWebhookSubscriptionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -581,8 +581,8 @@ func (x *ListWebhookSubscriptionsResponse) GetNextPageToken() string {
 
 type CreateWebhookSubscriptionRequest struct {
 	state                 protoimpl.MessageState `protogen:"open.v1"`
-	WebhookSubscriptionId string                 `protobuf:"bytes,1,opt,name=webhook_subscription_id,json=webhookSubscriptionId,proto3" json:"webhook_subscription_id,omitempty"` // Required.
-	WebhookSubscription   *WebhookSubscription   `protobuf:"bytes,2,opt,name=webhook_subscription,json=webhookSubscription,proto3" json:"webhook_subscription,omitempty"`         // Required.
+	WebhookSubscriptionId string                 `protobuf:"bytes,1,opt,name=webhook_subscription_id,json=webhookSubscriptionId,proto3" json:"webhook_subscription_id,omitempty"`
+	WebhookSubscription   *WebhookSubscription   `protobuf:"bytes,2,opt,name=webhook_subscription,json=webhookSubscription,proto3" json:"webhook_subscription,omitempty"`
 	RequestId             string                 `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields         protoimpl.UnknownFields
 	sizeCache             protoimpl.SizeCache
@@ -641,7 +641,7 @@ func (x *CreateWebhookSubscriptionRequest) GetRequestId() string {
 
 type UpdateWebhookSubscriptionRequest struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
-	WebhookSubscription *WebhookSubscription   `protobuf:"bytes,1,opt,name=webhook_subscription,json=webhookSubscription,proto3" json:"webhook_subscription,omitempty"` // Required.
+	WebhookSubscription *WebhookSubscription   `protobuf:"bytes,1,opt,name=webhook_subscription,json=webhookSubscription,proto3" json:"webhook_subscription,omitempty"`
 	// Paths: display_name, url, event_types, disabled.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -694,7 +694,7 @@ func (x *UpdateWebhookSubscriptionRequest) GetUpdateMask() *fieldmaskpb.FieldMas
 
 type DeleteWebhookSubscriptionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Etag          string                 `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -746,7 +746,7 @@ func (x *DeleteWebhookSubscriptionRequest) GetEtag() string {
 
 type RotateWebhookSecretRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// How long the current secret keeps signing too (0 or unset: 24h; at
 	// most 7 days).
 	PreviousSecretTtl *durationpb.Duration `protobuf:"bytes,2,opt,name=previous_secret_ttl,json=previousSecretTtl,proto3" json:"previous_secret_ttl,omitempty"`
@@ -809,7 +809,7 @@ func (x *RotateWebhookSecretRequest) GetEtag() string {
 type ListWebhookDeliveriesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// webhookSubscriptions/{subscription}
-	Parent    string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"` // Required.
+	Parent    string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
 	PageSize  int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Fields: state, event_type, resource. Example: state = FAILED
@@ -931,7 +931,7 @@ func (x *ListWebhookDeliveriesResponse) GetNextPageToken() string {
 
 type RedeliverWebhookDeliveryRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -977,28 +977,28 @@ var File_gpuplane_v1_webhooks_proto protoreflect.FileDescriptor
 
 const file_gpuplane_v1_webhooks_proto_rawDesc = "" +
 	"\n" +
-	"\x1agpuplane/v1/webhooks.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd3\x04\n" +
+	"\x1agpuplane/v1/webhooks.proto\x12\vgpuplane.v1\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x83\x05\n" +
 	"\x13WebhookSubscription\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04team\x18\x02 \x01(\tR\x04team\x12\x1e\n" +
 	"\n" +
 	"department\x18\x03 \x01(\tR\n" +
 	"department\x12!\n" +
-	"\fdisplay_name\x18\x04 \x01(\tR\vdisplayName\x12\x10\n" +
-	"\x03url\x18\x05 \x01(\tR\x03url\x12\x1f\n" +
+	"\fdisplay_name\x18\x04 \x01(\tR\vdisplayName\x12\x16\n" +
+	"\x03url\x18\x05 \x01(\tB\x04\xe2A\x01\x02R\x03url\x12\x1f\n" +
 	"\vevent_types\x18\x06 \x03(\tR\n" +
 	"eventTypes\x12\x1a\n" +
-	"\bdisabled\x18\a \x01(\bR\bdisabled\x12'\n" +
-	"\x0fdisabled_reason\x18\b \x01(\tR\x0edisabledReason\x12\x16\n" +
-	"\x06secret\x18\t \x01(\tR\x06secret\x12Y\n" +
+	"\bdisabled\x18\a \x01(\bR\bdisabled\x12-\n" +
+	"\x0fdisabled_reason\x18\b \x01(\tB\x04\xe2A\x01\x03R\x0edisabledReason\x12\x1c\n" +
+	"\x06secret\x18\t \x01(\tB\x04\xe2A\x01\x03R\x06secret\x12_\n" +
 	"\x1bprevious_secret_expire_time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\x18previousSecretExpireTime\x121\n" +
-	"\x14consecutive_failures\x18\v \x01(\x05R\x13consecutiveFailures\x12%\n" +
-	"\x0estart_position\x18\f \x01(\x03R\rstartPosition\x12\x12\n" +
-	"\x04etag\x18\r \x01(\tR\x04etag\x12;\n" +
-	"\vcreate_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
-	"\vupdate_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\x18previousSecretExpireTime\x127\n" +
+	"\x14consecutive_failures\x18\v \x01(\x05B\x04\xe2A\x01\x03R\x13consecutiveFailures\x12+\n" +
+	"\x0estart_position\x18\f \x01(\x03B\x04\xe2A\x01\x03R\rstartPosition\x12\x12\n" +
+	"\x04etag\x18\r \x01(\tR\x04etag\x12A\n" +
+	"\vcreate_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\x12A\n" +
+	"\vupdate_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
 	"updateTime\"\xcc\x05\n" +
 	"\x0fWebhookDelivery\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
@@ -1024,9 +1024,9 @@ const file_gpuplane_v1_webhooks_proto_rawDesc = "" +
 	"\aPENDING\x10\x01\x12\r\n" +
 	"\tSUCCEEDED\x10\x02\x12\n" +
 	"\n" +
-	"\x06FAILED\x10\x03\"3\n" +
-	"\x1dGetWebhookSubscriptionRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"u\n" +
+	"\x06FAILED\x10\x03\"9\n" +
+	"\x1dGetWebhookSubscriptionRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\"u\n" +
 	"\x1fListWebhookSubscriptionsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -1034,34 +1034,34 @@ const file_gpuplane_v1_webhooks_proto_rawDesc = "" +
 	"\x06filter\x18\x03 \x01(\tR\x06filter\"\xa1\x01\n" +
 	" ListWebhookSubscriptionsResponse\x12U\n" +
 	"\x15webhook_subscriptions\x18\x01 \x03(\v2 .gpuplane.v1.WebhookSubscriptionR\x14webhookSubscriptions\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xce\x01\n" +
-	" CreateWebhookSubscriptionRequest\x126\n" +
-	"\x17webhook_subscription_id\x18\x01 \x01(\tR\x15webhookSubscriptionId\x12S\n" +
-	"\x14webhook_subscription\x18\x02 \x01(\v2 .gpuplane.v1.WebhookSubscriptionR\x13webhookSubscription\x12\x1d\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xda\x01\n" +
+	" CreateWebhookSubscriptionRequest\x12<\n" +
+	"\x17webhook_subscription_id\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x15webhookSubscriptionId\x12Y\n" +
+	"\x14webhook_subscription\x18\x02 \x01(\v2 .gpuplane.v1.WebhookSubscriptionB\x04\xe2A\x01\x02R\x13webhookSubscription\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"\xb4\x01\n" +
-	" UpdateWebhookSubscriptionRequest\x12S\n" +
-	"\x14webhook_subscription\x18\x01 \x01(\v2 .gpuplane.v1.WebhookSubscriptionR\x13webhookSubscription\x12;\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"\xba\x01\n" +
+	" UpdateWebhookSubscriptionRequest\x12Y\n" +
+	"\x14webhook_subscription\x18\x01 \x01(\v2 .gpuplane.v1.WebhookSubscriptionB\x04\xe2A\x01\x02R\x13webhookSubscription\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
-	"updateMask\"J\n" +
-	" DeleteWebhookSubscriptionRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04etag\x18\x02 \x01(\tR\x04etag\"\x8f\x01\n" +
-	"\x1aRotateWebhookSecretRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12I\n" +
+	"updateMask\"P\n" +
+	" DeleteWebhookSubscriptionRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12\x12\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag\"\x95\x01\n" +
+	"\x1aRotateWebhookSecretRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12I\n" +
 	"\x13previous_secret_ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x11previousSecretTtl\x12\x12\n" +
-	"\x04etag\x18\x03 \x01(\tR\x04etag\"\x8a\x01\n" +
-	"\x1cListWebhookDeliveriesRequest\x12\x16\n" +
-	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
+	"\x04etag\x18\x03 \x01(\tR\x04etag\"\x90\x01\n" +
+	"\x1cListWebhookDeliveriesRequest\x12\x1c\n" +
+	"\x06parent\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x06parent\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x16\n" +
 	"\x06filter\x18\x04 \x01(\tR\x06filter\"\x94\x01\n" +
 	"\x1dListWebhookDeliveriesResponse\x12K\n" +
 	"\x12webhook_deliveries\x18\x01 \x03(\v2\x1c.gpuplane.v1.WebhookDeliveryR\x11webhookDeliveries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"5\n" +
-	"\x1fRedeliverWebhookDeliveryRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name2\xb1\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\";\n" +
+	"\x1fRedeliverWebhookDeliveryRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name2\xb1\n" +
 	"\n" +
 	"\x0eWebhookService\x12\x91\x01\n" +
 	"\x16GetWebhookSubscription\x12*.gpuplane.v1.GetWebhookSubscriptionRequest\x1a .gpuplane.v1.WebhookSubscription\")\x82\xd3\xe4\x93\x02#\x12!/v1/{name=webhookSubscriptions/*}\x12\x99\x01\n" +

@@ -33,17 +33,29 @@ const (
 // WebhookServiceClient is the client API for WebhookService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Webhook subscriptions: signed CloudEvents for changes, delivered to
+// HTTPS endpoints, with a delivery log.
 type WebhookServiceClient interface {
+	// Get a webhook subscription.
 	GetWebhookSubscription(ctx context.Context, in *GetWebhookSubscriptionRequest, opts ...grpc.CallOption) (*WebhookSubscription, error)
+	// List the webhook subscriptions the caller may read.
 	ListWebhookSubscriptions(ctx context.Context, in *ListWebhookSubscriptionsRequest, opts ...grpc.CallOption) (*ListWebhookSubscriptionsResponse, error)
+	// Create a webhook subscription.
 	CreateWebhookSubscription(ctx context.Context, in *CreateWebhookSubscriptionRequest, opts ...grpc.CallOption) (*WebhookSubscription, error)
+	// Update a webhook subscription.
 	UpdateWebhookSubscription(ctx context.Context, in *UpdateWebhookSubscriptionRequest, opts ...grpc.CallOption) (*WebhookSubscription, error)
+	// Delete a webhook subscription.
 	DeleteWebhookSubscription(ctx context.Context, in *DeleteWebhookSubscriptionRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
+	// Rotate the signing secret.
+	//
 	// A new signing secret; the previous one keeps signing for
 	// previous_secret_ttl (default 24h).
 	RotateWebhookSecret(ctx context.Context, in *RotateWebhookSecretRequest, opts ...grpc.CallOption) (*WebhookSubscription, error)
 	// The delivery log, newest first.
 	ListWebhookDeliveries(ctx context.Context, in *ListWebhookDeliveriesRequest, opts ...grpc.CallOption) (*ListWebhookDeliveriesResponse, error)
+	// Redeliver a webhook delivery.
+	//
 	// Sends a delivery again (same event id), whatever its state.
 	RedeliverWebhookDelivery(ctx context.Context, in *RedeliverWebhookDeliveryRequest, opts ...grpc.CallOption) (*WebhookDelivery, error)
 }
@@ -139,17 +151,29 @@ func (c *webhookServiceClient) RedeliverWebhookDelivery(ctx context.Context, in 
 // WebhookServiceServer is the server API for WebhookService service.
 // All implementations must embed UnimplementedWebhookServiceServer
 // for forward compatibility.
+//
+// Webhook subscriptions: signed CloudEvents for changes, delivered to
+// HTTPS endpoints, with a delivery log.
 type WebhookServiceServer interface {
+	// Get a webhook subscription.
 	GetWebhookSubscription(context.Context, *GetWebhookSubscriptionRequest) (*WebhookSubscription, error)
+	// List the webhook subscriptions the caller may read.
 	ListWebhookSubscriptions(context.Context, *ListWebhookSubscriptionsRequest) (*ListWebhookSubscriptionsResponse, error)
+	// Create a webhook subscription.
 	CreateWebhookSubscription(context.Context, *CreateWebhookSubscriptionRequest) (*WebhookSubscription, error)
+	// Update a webhook subscription.
 	UpdateWebhookSubscription(context.Context, *UpdateWebhookSubscriptionRequest) (*WebhookSubscription, error)
+	// Delete a webhook subscription.
 	DeleteWebhookSubscription(context.Context, *DeleteWebhookSubscriptionRequest) (*emptypb.Empty, error)
+	// Rotate the signing secret.
+	//
 	// A new signing secret; the previous one keeps signing for
 	// previous_secret_ttl (default 24h).
 	RotateWebhookSecret(context.Context, *RotateWebhookSecretRequest) (*WebhookSubscription, error)
 	// The delivery log, newest first.
 	ListWebhookDeliveries(context.Context, *ListWebhookDeliveriesRequest) (*ListWebhookDeliveriesResponse, error)
+	// Redeliver a webhook delivery.
+	//
 	// Sends a delivery again (same event id), whatever its state.
 	RedeliverWebhookDelivery(context.Context, *RedeliverWebhookDeliveryRequest) (*WebhookDelivery, error)
 	mustEmbedUnimplementedWebhookServiceServer()

@@ -25,6 +25,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Where a virtual cluster is in its life.
 type VirtualClusterStatus_Phase int32
 
 const (
@@ -97,6 +98,7 @@ func (VirtualClusterStatus_Phase) EnumDescriptor() ([]byte, []int) {
 	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{3, 0}
 }
 
+// Whether the step is done.
 type Condition_Status int32
 
 const (
@@ -149,11 +151,13 @@ func (Condition_Status) EnumDescriptor() ([]byte, []int) {
 	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{4, 0}
 }
 
+// Where a request is in its life.
 type Request_State int32
 
 const (
 	Request_STATE_UNSPECIFIED Request_State = 0
-	Request_PENDING           Request_State = 1
+	// Waiting for a decision.
+	Request_PENDING Request_State = 1
 	// Decided yes; the worker is applying it.
 	Request_APPROVED  Request_State = 2
 	Request_REJECTED  Request_State = 3
@@ -212,6 +216,7 @@ func (Request_State) EnumDescriptor() ([]byte, []int) {
 	return file_gpuplane_v1_workflow_proto_rawDescGZIP(), []int{12, 0}
 }
 
+// What a request asks for; set by the server from the payload.
 type Request_Kind int32
 
 const (
@@ -285,18 +290,20 @@ type VirtualCluster struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// teams/{team}/virtualClusters/{virtual_cluster}; the id is a DNS-1123
 	// label unique platform-wide (it names the KAI leaf queue).
-	Name   string                `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Identifier.
-	Spec   *VirtualClusterSpec   `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
-	Status *VirtualClusterStatus `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"` // Output only.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// What was approved; requests change it.
+	Spec *VirtualClusterSpec `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	// What the host cluster shows.
+	Status *VirtualClusterStatus `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
 	// Incremented on every change of spec.
-	Generation int64                  `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`                  // Output only.
-	Etag       string                 `protobuf:"bytes,5,opt,name=etag,proto3" json:"etag,omitempty"`                               // Output only.
-	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"` // Output only.
-	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"` // Output only.
+	Generation int64                  `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	Etag       string                 `protobuf:"bytes,5,opt,name=etag,proto3" json:"etag,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	// This incarnation: once a virtual cluster is DELETED or REJECTED its
 	// name may be taken again (by any team), by a virtual cluster with
 	// another uid; the old one stays in its team's history.
-	Uid           string `protobuf:"bytes,8,opt,name=uid,proto3" json:"uid,omitempty"` // Output only.
+	Uid           string `protobuf:"bytes,8,opt,name=uid,proto3" json:"uid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -387,10 +394,11 @@ func (x *VirtualCluster) GetUid() string {
 	return ""
 }
 
+// VirtualClusterSpec is what a virtual cluster was granted.
 type VirtualClusterSpec struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	DisplayName string                 `protobuf:"bytes,1,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
-	// Guaranteed resources (KAI queue quota).
+	// Guaranteed resources (KAI queue quota); at least one resource non-zero.
 	Quota *Quota `protobuf:"bytes,2,opt,name=quota,proto3" json:"quota,omitempty"`
 	// Optional hard cap (KAI queue limit). Unset: no cap beyond quota plus
 	// the over-quota share.
@@ -401,9 +409,12 @@ type VirtualClusterSpec struct {
 	Priority int32 `protobuf:"varint,5,opt,name=priority,proto3" json:"priority,omitempty"`
 	// Allow gpu-fraction / gpu-memory pods. Only in the SHARED tier.
 	AllowFractionalGpus bool `protobuf:"varint,6,opt,name=allow_fractional_gpus,json=allowFractionalGpus,proto3" json:"allow_fractional_gpus,omitempty"`
-	// Defaults from server configuration.
+	// The virtual Kubernetes version: "1.N" or an exact version the chart
+	// offers. Empty on create: the chart's default. Stored resolved.
 	KubernetesVersion string `protobuf:"bytes,7,opt,name=kubernetes_version,json=kubernetesVersion,proto3" json:"kubernetes_version,omitempty"`
-	ChartVersion      string `protobuf:"bytes,8,opt,name=chart_version,json=chartVersion,proto3" json:"chart_version,omitempty"`
+	// The vCluster chart version, one the platform offers. Empty on create:
+	// the server's default. Stored resolved.
+	ChartVersion string `protobuf:"bytes,8,opt,name=chart_version,json=chartVersion,proto3" json:"chart_version,omitempty"`
 	// When set, a delete request is created automatically once it passes.
 	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
 	// Where to run it; unset, the platform chooses (see Placement). Set only
@@ -415,7 +426,7 @@ type VirtualClusterSpec struct {
 	// syncer created on the host are removed and its leaf queue admits
 	// nothing (KAI limit 0); phase SLEEPING once the host shows it. Ignored
 	// on create.
-	Sleep         bool `protobuf:"varint,11,opt,name=sleep,proto3" json:"sleep,omitempty"` // Output only.
+	Sleep         bool `protobuf:"varint,11,opt,name=sleep,proto3" json:"sleep,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -588,10 +599,12 @@ func (x *Placement) GetHostClusterLabels() map[string]string {
 	return nil
 }
 
+// VirtualClusterStatus is what the host cluster shows of a virtual cluster.
 type VirtualClusterStatus struct {
-	state      protoimpl.MessageState     `protogen:"open.v1"`
-	Phase      VirtualClusterStatus_Phase `protobuf:"varint,1,opt,name=phase,proto3,enum=gpuplane.v1.VirtualClusterStatus_Phase" json:"phase,omitempty"`
-	Conditions []*Condition               `protobuf:"bytes,2,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	state protoimpl.MessageState     `protogen:"open.v1"`
+	Phase VirtualClusterStatus_Phase `protobuf:"varint,1,opt,name=phase,proto3,enum=gpuplane.v1.VirtualClusterStatus_Phase" json:"phase,omitempty"`
+	// One per step of provisioning, in order.
+	Conditions []*Condition `protobuf:"bytes,2,rep,name=conditions,proto3" json:"conditions,omitempty"`
 	// The generation the host cluster last converged to.
 	ObservedGeneration int64 `protobuf:"varint,3,opt,name=observed_generation,json=observedGeneration,proto3" json:"observed_generation,omitempty"`
 	// The virtual cluster's API server address, once known.
@@ -686,14 +699,16 @@ func (x *VirtualClusterStatus) GetHostCluster() string {
 	return ""
 }
 
+// Condition is the state of one step of provisioning.
 type Condition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// e.g. NamespaceReady, QueuesReady, GuardrailsReady, ReleaseDeployed,
 	// ControlPlaneReady, KubeconfigReady.
-	Type               string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
-	Status             Condition_Status       `protobuf:"varint,2,opt,name=status,proto3,enum=gpuplane.v1.Condition_Status" json:"status,omitempty"`
-	Reason             string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	Message            string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	Type    string           `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Status  Condition_Status `protobuf:"varint,2,opt,name=status,proto3,enum=gpuplane.v1.Condition_Status" json:"status,omitempty"`
+	Reason  string           `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message string           `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// When status last changed; absent until it first does.
 	LastTransitionTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=last_transition_time,json=lastTransitionTime,proto3" json:"last_transition_time,omitempty"`
 	ObservedGeneration int64                  `protobuf:"varint,6,opt,name=observed_generation,json=observedGeneration,proto3" json:"observed_generation,omitempty"`
 	unknownFields      protoimpl.UnknownFields
@@ -775,7 +790,7 @@ func (x *Condition) GetObservedGeneration() int64 {
 type SleepVirtualClusterRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// teams/{team}/virtualClusters/{virtual_cluster}
-	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// When set, must match (ABORTED otherwise).
 	Etag          string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -829,7 +844,7 @@ func (x *SleepVirtualClusterRequest) GetEtag() string {
 type WakeVirtualClusterRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// teams/{team}/virtualClusters/{virtual_cluster}
-	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// When set, must match (ABORTED otherwise).
 	Etag          string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -944,6 +959,7 @@ func (x *GetVirtualClusterKubeconfigRequest) GetApiEndpoint() string {
 	return ""
 }
 
+// VirtualClusterKubeconfig is a kubeconfig for one caller.
 type VirtualClusterKubeconfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A complete kubeconfig document (YAML).
@@ -1025,8 +1041,9 @@ func (x *VirtualClusterKubeconfig) GetBreakGlass() bool {
 }
 
 type GetVirtualClusterRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// teams/{team}/virtualClusters/{virtual_cluster}
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1071,8 +1088,10 @@ func (x *GetVirtualClusterRequest) GetName() string {
 type ListVirtualClustersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// teams/{team}, or teams/- for every team the caller can read.
-	Parent    string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"` // Required.
-	PageSize  int32  `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	Parent string `protobuf:"bytes,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	// Default 50, at most 500.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page.
 	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Fields: phase, host_cluster (hostClusters/{id}).
 	Filter        string `protobuf:"bytes,4,opt,name=filter,proto3" json:"filter,omitempty"`
@@ -1141,9 +1160,10 @@ func (x *ListVirtualClustersRequest) GetFilter() string {
 type ListVirtualClustersResponse struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	VirtualClusters []*VirtualCluster      `protobuf:"bytes,1,rep,name=virtual_clusters,json=virtualClusters,proto3" json:"virtual_clusters,omitempty"`
-	NextPageToken   string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListVirtualClustersResponse) Reset() {
@@ -1194,12 +1214,14 @@ func (x *ListVirtualClustersResponse) GetNextPageToken() string {
 type Request struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// requests/{request}; assigned by the server.
-	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Identifier.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// teams/{team} the request is for.
-	Team string `protobuf:"bytes,2,opt,name=team,proto3" json:"team,omitempty"` // Required.
+	Team string `protobuf:"bytes,2,opt,name=team,proto3" json:"team,omitempty"`
 	// departments/{department} of the team.
-	Department string       `protobuf:"bytes,3,opt,name=department,proto3" json:"department,omitempty"`                    // Output only.
-	Kind       Request_Kind `protobuf:"varint,4,opt,name=kind,proto3,enum=gpuplane.v1.Request_Kind" json:"kind,omitempty"` // Output only.
+	Department string       `protobuf:"bytes,3,opt,name=department,proto3" json:"department,omitempty"`
+	Kind       Request_Kind `protobuf:"varint,4,opt,name=kind,proto3,enum=gpuplane.v1.Request_Kind" json:"kind,omitempty"`
+	// What is asked for: exactly one of these.
+	//
 	// Types that are valid to be assigned to Payload:
 	//
 	//	*Request_CreateVirtualCluster
@@ -1209,22 +1231,24 @@ type Request struct {
 	//	*Request_ChangeVirtualClusterVersion
 	//	*Request_SleepVirtualCluster
 	//	*Request_WakeVirtualCluster
-	Payload       isRequest_Payload `protobuf_oneof:"payload"`
-	Justification string            `protobuf:"bytes,9,opt,name=justification,proto3" json:"justification,omitempty"`
-	State         Request_State     `protobuf:"varint,10,opt,name=state,proto3,enum=gpuplane.v1.Request_State" json:"state,omitempty"` // Output only.
+	Payload isRequest_Payload `protobuf_oneof:"payload"`
+	// Why the team asks; shown to the deciders.
+	Justification string        `protobuf:"bytes,9,opt,name=justification,proto3" json:"justification,omitempty"`
+	State         Request_State `protobuf:"varint,10,opt,name=state,proto3,enum=gpuplane.v1.Request_State" json:"state,omitempty"`
 	// Subject of the requester.
-	Requester string `protobuf:"bytes,11,opt,name=requester,proto3" json:"requester,omitempty"` // Output only.
+	Requester string `protobuf:"bytes,11,opt,name=requester,proto3" json:"requester,omitempty"`
 	// Subject of the decider, or "policy:<name>" / "system:<component>".
-	Decider        string                 `protobuf:"bytes,12,opt,name=decider,proto3" json:"decider,omitempty"`                                     // Output only.
-	DecideTime     *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=decide_time,json=decideTime,proto3" json:"decide_time,omitempty"`             // Output only.
-	DecisionReason string                 `protobuf:"bytes,14,opt,name=decision_reason,json=decisionReason,proto3" json:"decision_reason,omitempty"` // Output only.
+	Decider string `protobuf:"bytes,12,opt,name=decider,proto3" json:"decider,omitempty"`
+	// When the request was decided; absent while PENDING.
+	DecideTime     *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=decide_time,json=decideTime,proto3" json:"decide_time,omitempty"`
+	DecisionReason string                 `protobuf:"bytes,14,opt,name=decision_reason,json=decisionReason,proto3" json:"decision_reason,omitempty"`
 	// approvalPolicies/{policy} that auto-approved it, if any.
-	ApprovalPolicy string `protobuf:"bytes,15,opt,name=approval_policy,json=approvalPolicy,proto3" json:"approval_policy,omitempty"` // Output only.
+	ApprovalPolicy string `protobuf:"bytes,15,opt,name=approval_policy,json=approvalPolicy,proto3" json:"approval_policy,omitempty"`
 	// Why applying failed, when state is FAILED.
-	FailureMessage string                 `protobuf:"bytes,16,opt,name=failure_message,json=failureMessage,proto3" json:"failure_message,omitempty"` // Output only.
-	Etag           string                 `protobuf:"bytes,17,opt,name=etag,proto3" json:"etag,omitempty"`                                           // Output only.
-	CreateTime     *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`             // Output only.
-	UpdateTime     *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`             // Output only.
+	FailureMessage string                 `protobuf:"bytes,16,opt,name=failure_message,json=failureMessage,proto3" json:"failure_message,omitempty"`
+	Etag           string                 `protobuf:"bytes,17,opt,name=etag,proto3" json:"etag,omitempty"`
+	CreateTime     *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime     *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1480,13 +1504,14 @@ func (*Request_SleepVirtualCluster) isRequest_Payload() {}
 
 func (*Request_WakeVirtualCluster) isRequest_Payload() {}
 
+// CreateVirtualClusterPayload asks for a new virtual cluster.
 type CreateVirtualClusterPayload struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// DNS-1123 label, unique platform-wide.
-	VirtualClusterId string              `protobuf:"bytes,1,opt,name=virtual_cluster_id,json=virtualClusterId,proto3" json:"virtual_cluster_id,omitempty"` // Required.
-	Spec             *VirtualClusterSpec `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`                                                   // Required.
-	// Output: teams/{team}/virtualClusters/{id} once the request is stored.
-	VirtualCluster string `protobuf:"bytes,3,opt,name=virtual_cluster,json=virtualCluster,proto3" json:"virtual_cluster,omitempty"` // Output only.
+	// DNS-1123 label, unique platform-wide, at most 60 characters.
+	VirtualClusterId string              `protobuf:"bytes,1,opt,name=virtual_cluster_id,json=virtualClusterId,proto3" json:"virtual_cluster_id,omitempty"`
+	Spec             *VirtualClusterSpec `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	// teams/{team}/virtualClusters/{virtual_cluster_id}, set by the server.
+	VirtualCluster string `protobuf:"bytes,3,opt,name=virtual_cluster,json=virtualCluster,proto3" json:"virtual_cluster,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1542,11 +1567,13 @@ func (x *CreateVirtualClusterPayload) GetVirtualCluster() string {
 	return ""
 }
 
+// ChangeVirtualClusterQuotaPayload resizes a virtual cluster.
 type ChangeVirtualClusterQuotaPayload struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// teams/{team}/virtualClusters/{vc}
-	VirtualCluster string `protobuf:"bytes,1,opt,name=virtual_cluster,json=virtualCluster,proto3" json:"virtual_cluster,omitempty"` // Required.
-	Quota          *Quota `protobuf:"bytes,2,opt,name=quota,proto3" json:"quota,omitempty"`                                         // Required.
+	// teams/{team}/virtualClusters/{virtual_cluster}
+	VirtualCluster string `protobuf:"bytes,1,opt,name=virtual_cluster,json=virtualCluster,proto3" json:"virtual_cluster,omitempty"`
+	// The new guaranteed quota (all three resources).
+	Quota *Quota `protobuf:"bytes,2,opt,name=quota,proto3" json:"quota,omitempty"`
 	// Replaces the limit; unset removes it.
 	Limit *Quota `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// Shrinking below what is allocated right now is refused unless this is
@@ -1620,8 +1647,8 @@ func (x *ChangeVirtualClusterQuotaPayload) GetAcceptPreemption() bool {
 // restarts once) and marks the request APPLIED when the host reflects it.
 type ChangeVirtualClusterVersionPayload struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// teams/{team}/virtualClusters/{vc}
-	VirtualCluster string `protobuf:"bytes,1,opt,name=virtual_cluster,json=virtualCluster,proto3" json:"virtual_cluster,omitempty"` // Required.
+	// teams/{team}/virtualClusters/{virtual_cluster}
+	VirtualCluster string `protobuf:"bytes,1,opt,name=virtual_cluster,json=virtualCluster,proto3" json:"virtual_cluster,omitempty"`
 	// A chart version the platform offers, not older than the current one
 	// (vCluster does not support downgrades). Empty keeps the current chart.
 	// Stored resolved.
@@ -1690,7 +1717,7 @@ func (x *ChangeVirtualClusterVersionPayload) GetKubernetesVersion() string {
 type SleepVirtualClusterPayload struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// teams/{team}/virtualClusters/{vc}
-	VirtualCluster string `protobuf:"bytes,1,opt,name=virtual_cluster,json=virtualCluster,proto3" json:"virtual_cluster,omitempty"` // Required.
+	VirtualCluster string `protobuf:"bytes,1,opt,name=virtual_cluster,json=virtualCluster,proto3" json:"virtual_cluster,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1736,7 +1763,7 @@ func (x *SleepVirtualClusterPayload) GetVirtualCluster() string {
 type WakeVirtualClusterPayload struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// teams/{team}/virtualClusters/{vc}
-	VirtualCluster string `protobuf:"bytes,1,opt,name=virtual_cluster,json=virtualCluster,proto3" json:"virtual_cluster,omitempty"` // Required.
+	VirtualCluster string `protobuf:"bytes,1,opt,name=virtual_cluster,json=virtualCluster,proto3" json:"virtual_cluster,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1778,10 +1805,14 @@ func (x *WakeVirtualClusterPayload) GetVirtualCluster() string {
 	return ""
 }
 
+// ChangeTeamQuotaPayload asks for a new team quota.
 type ChangeTeamQuotaPayload struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	Quota            *Quota                 `protobuf:"bytes,1,opt,name=quota,proto3" json:"quota,omitempty"` // Required.
-	AcceptPreemption bool                   `protobuf:"varint,2,opt,name=accept_preemption,json=acceptPreemption,proto3" json:"accept_preemption,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new guaranteed quota of the team (all three resources).
+	Quota *Quota `protobuf:"bytes,1,opt,name=quota,proto3" json:"quota,omitempty"`
+	// Shrinking below what the team's virtual clusters hold is refused
+	// unless this is set.
+	AcceptPreemption bool `protobuf:"varint,2,opt,name=accept_preemption,json=acceptPreemption,proto3" json:"accept_preemption,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -1830,9 +1861,11 @@ func (x *ChangeTeamQuotaPayload) GetAcceptPreemption() bool {
 	return false
 }
 
+// DeleteVirtualClusterPayload asks to delete a virtual cluster.
 type DeleteVirtualClusterPayload struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	VirtualCluster string                 `protobuf:"bytes,1,opt,name=virtual_cluster,json=virtualCluster,proto3" json:"virtual_cluster,omitempty"` // Required.
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// teams/{team}/virtualClusters/{virtual_cluster}
+	VirtualCluster string `protobuf:"bytes,1,opt,name=virtual_cluster,json=virtualCluster,proto3" json:"virtual_cluster,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1876,9 +1909,12 @@ func (x *DeleteVirtualClusterPayload) GetVirtualCluster() string {
 
 // FitResult is the "will it fit" answer.
 type FitResult struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	Fits       bool                   `protobuf:"varint,1,opt,name=fits,proto3" json:"fits,omitempty"`
-	Shortfalls []*Shortfall           `protobuf:"bytes,2,rep,name=shortfalls,proto3" json:"shortfalls,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether the request fits every level of the hierarchy now.
+	Fits bool `protobuf:"varint,1,opt,name=fits,proto3" json:"fits,omitempty"`
+	// Why not: one entry per level and resource that is short; empty when
+	// it fits.
+	Shortfalls []*Shortfall `protobuf:"bytes,2,rep,name=shortfalls,proto3" json:"shortfalls,omitempty"`
 	// hostClusters/{host_cluster} a new virtual cluster would be placed on
 	// now, or the one the virtual cluster runs on.
 	HostCluster   string `protobuf:"bytes,3,opt,name=host_cluster,json=hostCluster,proto3" json:"host_cluster,omitempty"`
@@ -1937,6 +1973,7 @@ func (x *FitResult) GetHostCluster() string {
 	return ""
 }
 
+// Shortfall is one level and resource a request does not fit.
 type Shortfall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "cluster", "department", "pool", "team", "host_cluster" (a node
@@ -2035,9 +2072,11 @@ func (x *Shortfall) GetMessage() string {
 }
 
 type CreateRequestRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Request       *Request               `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"` // Required.
-	RequestId     string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Request *Request               `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	// Idempotency key: a retry with the same request_id returns the first
+	// result without writing again.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2087,8 +2126,9 @@ func (x *CreateRequestRequest) GetRequestId() string {
 }
 
 type GetRequestRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// requests/{request}
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2131,9 +2171,11 @@ func (x *GetRequestRequest) GetName() string {
 }
 
 type ListRequestsRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	PageSize  int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Default 50, at most 500.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Fields: state, team, department, kind, requester.
 	// Example: state = PENDING AND department = "departments/research"
 	Filter        string `protobuf:"bytes,3,opt,name=filter,proto3" json:"filter,omitempty"`
@@ -2195,8 +2237,9 @@ func (x *ListRequestsRequest) GetFilter() string {
 type ListRequestsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Newest first.
-	Requests      []*Request `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
-	NextPageToken string     `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	Requests []*Request `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2246,9 +2289,11 @@ func (x *ListRequestsResponse) GetNextPageToken() string {
 }
 
 type CancelRequestRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
-	Etag          string                 `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// requests/{request}
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// When set, must match the request's current etag.
+	Etag          string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2298,10 +2343,13 @@ func (x *CancelRequestRequest) GetEtag() string {
 }
 
 type ApproveRequestRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
-	Etag          string                 `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// requests/{request}
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// When set, must match the request's current etag.
+	Etag string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
+	// Why; recorded as the decision reason.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2358,10 +2406,13 @@ func (x *ApproveRequestRequest) GetReason() string {
 }
 
 type RejectRequestRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
-	Etag          string                 `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// requests/{request}
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// When set, must match the request's current etag.
+	Etag string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
+	// Why; recorded as the decision reason.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2420,7 +2471,8 @@ func (x *RejectRequestRequest) GetReason() string {
 type CheckFitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// requests/{request}; or leave empty and set request.
-	Name          string   `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// A request not created yet; only its team and payload count.
 	Request       *Request `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2474,16 +2526,19 @@ func (x *CheckFitRequest) GetRequest() *Request {
 // order of create time; the first that matches (and whose request fits)
 // approves.
 type ApprovalPolicy struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Identifier.
-	DisplayName string                 `protobuf:"bytes,2,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// approvalPolicies/{approval_policy}
+	Name        string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DisplayName string `protobuf:"bytes,2,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
 	// A CEL expression over `request`, `team` and `department`, returning
 	// bool. Example: request.gpu_delta <= 1.0 && department.name == "research"
-	Expression    string                 `protobuf:"bytes,3,opt,name=expression,proto3" json:"expression,omitempty"` // Required.
-	Disabled      bool                   `protobuf:"varint,4,opt,name=disabled,proto3" json:"disabled,omitempty"`
-	Etag          string                 `protobuf:"bytes,5,opt,name=etag,proto3" json:"etag,omitempty"`                               // Output only.
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"` // Output only.
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"` // Output only.
+	Expression string `protobuf:"bytes,3,opt,name=expression,proto3" json:"expression,omitempty"`
+	// A disabled policy approves nothing.
+	Disabled bool `protobuf:"varint,4,opt,name=disabled,proto3" json:"disabled,omitempty"`
+	// Send it back on update or delete to make the change conditional.
+	Etag          string                 `protobuf:"bytes,5,opt,name=etag,proto3" json:"etag,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2568,8 +2623,9 @@ func (x *ApprovalPolicy) GetUpdateTime() *timestamppb.Timestamp {
 }
 
 type GetApprovalPolicyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// approvalPolicies/{approval_policy}
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2612,9 +2668,11 @@ func (x *GetApprovalPolicyRequest) GetName() string {
 }
 
 type ListApprovalPoliciesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PageSize      int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Default 50, at most 500.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2666,9 +2724,10 @@ func (x *ListApprovalPoliciesRequest) GetPageToken() string {
 type ListApprovalPoliciesResponse struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	ApprovalPolicies []*ApprovalPolicy      `protobuf:"bytes,1,rep,name=approval_policies,json=approvalPolicies,proto3" json:"approval_policies,omitempty"`
-	NextPageToken    string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListApprovalPoliciesResponse) Reset() {
@@ -2716,12 +2775,15 @@ func (x *ListApprovalPoliciesResponse) GetNextPageToken() string {
 }
 
 type CreateApprovalPolicyRequest struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	ApprovalPolicyId string                 `protobuf:"bytes,1,opt,name=approval_policy_id,json=approvalPolicyId,proto3" json:"approval_policy_id,omitempty"` // Required.
-	ApprovalPolicy   *ApprovalPolicy        `protobuf:"bytes,2,opt,name=approval_policy,json=approvalPolicy,proto3" json:"approval_policy,omitempty"`         // Required.
-	RequestId        string                 `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new policy's id, a DNS-1123 label.
+	ApprovalPolicyId string          `protobuf:"bytes,1,opt,name=approval_policy_id,json=approvalPolicyId,proto3" json:"approval_policy_id,omitempty"`
+	ApprovalPolicy   *ApprovalPolicy `protobuf:"bytes,2,opt,name=approval_policy,json=approvalPolicy,proto3" json:"approval_policy,omitempty"`
+	// Idempotency key: a retry with the same request_id returns the first
+	// result without writing again.
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateApprovalPolicyRequest) Reset() {
@@ -2776,9 +2838,11 @@ func (x *CreateApprovalPolicyRequest) GetRequestId() string {
 }
 
 type UpdateApprovalPolicyRequest struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	ApprovalPolicy *ApprovalPolicy        `protobuf:"bytes,1,opt,name=approval_policy,json=approvalPolicy,proto3" json:"approval_policy,omitempty"` // Required.
-	// Paths: display_name, expression, disabled.
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The policy, with name set; only the fields in update_mask change.
+	ApprovalPolicy *ApprovalPolicy `protobuf:"bytes,1,opt,name=approval_policy,json=approvalPolicy,proto3" json:"approval_policy,omitempty"`
+	// Paths: display_name, expression, disabled, in proto or JSON form.
+	// Empty or "*" = all.
 	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,2,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2829,9 +2893,11 @@ func (x *UpdateApprovalPolicyRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
 }
 
 type DeleteApprovalPolicyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // Required.
-	Etag          string                 `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// approvalPolicies/{approval_policy}
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// When set, must match the current etag.
+	Etag          string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2884,34 +2950,34 @@ var File_gpuplane_v1_workflow_proto protoreflect.FileDescriptor
 
 const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\n" +
-	"\x1agpuplane/v1/workflow.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18gpuplane/v1/common.proto\"\xd4\x02\n" +
-	"\x0eVirtualCluster\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
-	"\x04spec\x18\x02 \x01(\v2\x1f.gpuplane.v1.VirtualClusterSpecR\x04spec\x129\n" +
-	"\x06status\x18\x03 \x01(\v2!.gpuplane.v1.VirtualClusterStatusR\x06status\x12\x1e\n" +
+	"\x1agpuplane/v1/workflow.proto\x12\vgpuplane.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18gpuplane/v1/common.proto\"\x84\x03\n" +
+	"\x0eVirtualCluster\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\bR\x04name\x129\n" +
+	"\x04spec\x18\x02 \x01(\v2\x1f.gpuplane.v1.VirtualClusterSpecB\x04\xe2A\x01\x03R\x04spec\x12?\n" +
+	"\x06status\x18\x03 \x01(\v2!.gpuplane.v1.VirtualClusterStatusB\x04\xe2A\x01\x03R\x06status\x12$\n" +
 	"\n" +
-	"generation\x18\x04 \x01(\x03R\n" +
-	"generation\x12\x12\n" +
-	"\x04etag\x18\x05 \x01(\tR\x04etag\x12;\n" +
-	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
-	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\x12\x10\n" +
-	"\x03uid\x18\b \x01(\tR\x03uid\"\xe4\x03\n" +
+	"generation\x18\x04 \x01(\x03B\x04\xe2A\x01\x03R\n" +
+	"generation\x12\x18\n" +
+	"\x04etag\x18\x05 \x01(\tB\x04\xe2A\x01\x03R\x04etag\x12A\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\x12A\n" +
+	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"updateTime\x12\x16\n" +
+	"\x03uid\x18\b \x01(\tB\x04\xe2A\x01\x03R\x03uid\"\x82\x04\n" +
 	"\x12VirtualClusterSpec\x12!\n" +
-	"\fdisplay_name\x18\x01 \x01(\tR\vdisplayName\x12(\n" +
-	"\x05quota\x18\x02 \x01(\v2\x12.gpuplane.v1.QuotaR\x05quota\x12(\n" +
-	"\x05limit\x18\x03 \x01(\v2\x12.gpuplane.v1.QuotaR\x05limit\x12*\n" +
+	"\fdisplay_name\x18\x01 \x01(\tR\vdisplayName\x12.\n" +
+	"\x05quota\x18\x02 \x01(\v2\x12.gpuplane.v1.QuotaB\x04\xe2A\x01\x02R\x05quota\x12.\n" +
+	"\x05limit\x18\x03 \x01(\v2\x12.gpuplane.v1.QuotaB\x04\xe2A\x01\x01R\x05limit\x12*\n" +
 	"\x11over_quota_weight\x18\x04 \x01(\x05R\x0foverQuotaWeight\x12\x1a\n" +
 	"\bpriority\x18\x05 \x01(\x05R\bpriority\x122\n" +
 	"\x15allow_fractional_gpus\x18\x06 \x01(\bR\x13allowFractionalGpus\x12-\n" +
 	"\x12kubernetes_version\x18\a \x01(\tR\x11kubernetesVersion\x12#\n" +
-	"\rchart_version\x18\b \x01(\tR\fchartVersion\x12;\n" +
-	"\vexpire_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime\x124\n" +
+	"\rchart_version\x18\b \x01(\tR\fchartVersion\x12A\n" +
+	"\vexpire_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x01R\n" +
+	"expireTime\x12:\n" +
 	"\tplacement\x18\n" +
-	" \x01(\v2\x16.gpuplane.v1.PlacementR\tplacement\x12\x14\n" +
-	"\x05sleep\x18\v \x01(\bR\x05sleep\"\xd3\x01\n" +
+	" \x01(\v2\x16.gpuplane.v1.PlacementB\x04\xe2A\x01\x01R\tplacement\x12\x1a\n" +
+	"\x05sleep\x18\v \x01(\bB\x04\xe2A\x01\x03R\x05sleep\"\xd3\x01\n" +
 	"\tPlacement\x12!\n" +
 	"\fhost_cluster\x18\x01 \x01(\tR\vhostCluster\x12]\n" +
 	"\x13host_cluster_labels\x18\x02 \x03(\v2-.gpuplane.v1.Placement.HostClusterLabelsEntryR\x11hostClusterLabels\x1aD\n" +
@@ -2939,27 +3005,27 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\n" +
 	"\x06FAILED\x10\a\x12\f\n" +
 	"\bREJECTED\x10\b\x12\f\n" +
-	"\bSLEEPING\x10\t\"\xcb\x02\n" +
+	"\bSLEEPING\x10\t\"\xd1\x02\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x125\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1d.gpuplane.v1.Condition.StatusR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\x12L\n" +
-	"\x14last_transition_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\x12/\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12R\n" +
+	"\x14last_transition_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x01R\x12lastTransitionTime\x12/\n" +
 	"\x13observed_generation\x18\x06 \x01(\x03R\x12observedGeneration\"B\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04TRUE\x10\x01\x12\t\n" +
 	"\x05FALSE\x10\x02\x12\v\n" +
-	"\aUNKNOWN\x10\x03\"D\n" +
-	"\x1aSleepVirtualClusterRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04etag\x18\x02 \x01(\tR\x04etag\"C\n" +
-	"\x19WakeVirtualClusterRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04etag\x18\x02 \x01(\tR\x04etag\"|\n" +
-	"\"GetVirtualClusterKubeconfigRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\aUNKNOWN\x10\x03\"J\n" +
+	"\x1aSleepVirtualClusterRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12\x12\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag\"I\n" +
+	"\x19WakeVirtualClusterRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12\x12\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag\"\x82\x01\n" +
+	"\"GetVirtualClusterKubeconfigRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12\x1f\n" +
 	"\vbreak_glass\x18\x02 \x01(\bR\n" +
 	"breakGlass\x12!\n" +
 	"\fapi_endpoint\x18\x03 \x01(\tR\vapiEndpoint\"\xcb\x01\n" +
@@ -2971,25 +3037,25 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\x1acertificate_authority_data\x18\x03 \x01(\fR\x18certificateAuthorityData\x12\x18\n" +
 	"\acontext\x18\x04 \x01(\tR\acontext\x12\x1f\n" +
 	"\vbreak_glass\x18\x05 \x01(\bR\n" +
-	"breakGlass\".\n" +
-	"\x18GetVirtualClusterRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x88\x01\n" +
-	"\x1aListVirtualClustersRequest\x12\x16\n" +
-	"\x06parent\x18\x01 \x01(\tR\x06parent\x12\x1b\n" +
+	"breakGlass\"4\n" +
+	"\x18GetVirtualClusterRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\"\x8e\x01\n" +
+	"\x1aListVirtualClustersRequest\x12\x1c\n" +
+	"\x06parent\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x06parent\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x16\n" +
 	"\x06filter\x18\x04 \x01(\tR\x06filter\"\x8d\x01\n" +
 	"\x1bListVirtualClustersResponse\x12F\n" +
 	"\x10virtual_clusters\x18\x01 \x03(\v2\x1b.gpuplane.v1.VirtualClusterR\x0fvirtualClusters\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xf7\f\n" +
-	"\aRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04team\x18\x02 \x01(\tR\x04team\x12\x1e\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xcc\r\n" +
+	"\aRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\bR\x04name\x12\x18\n" +
+	"\x04team\x18\x02 \x01(\tB\x04\xe2A\x01\x02R\x04team\x12$\n" +
 	"\n" +
-	"department\x18\x03 \x01(\tR\n" +
-	"department\x12-\n" +
-	"\x04kind\x18\x04 \x01(\x0e2\x19.gpuplane.v1.Request.KindR\x04kind\x12`\n" +
+	"department\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\n" +
+	"department\x123\n" +
+	"\x04kind\x18\x04 \x01(\x0e2\x19.gpuplane.v1.Request.KindB\x04\xe2A\x01\x03R\x04kind\x12`\n" +
 	"\x16create_virtual_cluster\x18\x05 \x01(\v2(.gpuplane.v1.CreateVirtualClusterPayloadH\x00R\x14createVirtualCluster\x12p\n" +
 	"\x1cchange_virtual_cluster_quota\x18\x06 \x01(\v2-.gpuplane.v1.ChangeVirtualClusterQuotaPayloadH\x00R\x19changeVirtualClusterQuota\x12Q\n" +
 	"\x11change_team_quota\x18\a \x01(\v2#.gpuplane.v1.ChangeTeamQuotaPayloadH\x00R\x0fchangeTeamQuota\x12`\n" +
@@ -2997,20 +3063,20 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\x1echange_virtual_cluster_version\x18\x14 \x01(\v2/.gpuplane.v1.ChangeVirtualClusterVersionPayloadH\x00R\x1bchangeVirtualClusterVersion\x12]\n" +
 	"\x15sleep_virtual_cluster\x18\x15 \x01(\v2'.gpuplane.v1.SleepVirtualClusterPayloadH\x00R\x13sleepVirtualCluster\x12Z\n" +
 	"\x14wake_virtual_cluster\x18\x16 \x01(\v2&.gpuplane.v1.WakeVirtualClusterPayloadH\x00R\x12wakeVirtualCluster\x12$\n" +
-	"\rjustification\x18\t \x01(\tR\rjustification\x120\n" +
+	"\rjustification\x18\t \x01(\tR\rjustification\x126\n" +
 	"\x05state\x18\n" +
-	" \x01(\x0e2\x1a.gpuplane.v1.Request.StateR\x05state\x12\x1c\n" +
-	"\trequester\x18\v \x01(\tR\trequester\x12\x18\n" +
-	"\adecider\x18\f \x01(\tR\adecider\x12;\n" +
-	"\vdecide_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"decideTime\x12'\n" +
-	"\x0fdecision_reason\x18\x0e \x01(\tR\x0edecisionReason\x12'\n" +
-	"\x0fapproval_policy\x18\x0f \x01(\tR\x0eapprovalPolicy\x12'\n" +
-	"\x0ffailure_message\x18\x10 \x01(\tR\x0efailureMessage\x12\x12\n" +
-	"\x04etag\x18\x11 \x01(\tR\x04etag\x12;\n" +
-	"\vcreate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
-	"\vupdate_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	" \x01(\x0e2\x1a.gpuplane.v1.Request.StateB\x04\xe2A\x01\x03R\x05state\x12\"\n" +
+	"\trequester\x18\v \x01(\tB\x04\xe2A\x01\x03R\trequester\x12\x1e\n" +
+	"\adecider\x18\f \x01(\tB\x04\xe2A\x01\x03R\adecider\x12B\n" +
+	"\vdecide_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampB\x05\xe2A\x02\x03\x01R\n" +
+	"decideTime\x12-\n" +
+	"\x0fdecision_reason\x18\x0e \x01(\tB\x04\xe2A\x01\x03R\x0edecisionReason\x12-\n" +
+	"\x0fapproval_policy\x18\x0f \x01(\tB\x04\xe2A\x01\x03R\x0eapprovalPolicy\x12-\n" +
+	"\x0ffailure_message\x18\x10 \x01(\tB\x04\xe2A\x01\x03R\x0efailureMessage\x12\x18\n" +
+	"\x04etag\x18\x11 \x01(\tB\x04\xe2A\x01\x03R\x04etag\x12A\n" +
+	"\vcreate_time\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\x12A\n" +
+	"\vupdate_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
 	"updateTime\"o\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\v\n" +
@@ -3030,29 +3096,29 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\x1eCHANGE_VIRTUAL_CLUSTER_VERSION\x10\x05\x12\x19\n" +
 	"\x15SLEEP_VIRTUAL_CLUSTER\x10\x06\x12\x18\n" +
 	"\x14WAKE_VIRTUAL_CLUSTER\x10\aB\t\n" +
-	"\apayload\"\xa9\x01\n" +
-	"\x1bCreateVirtualClusterPayload\x12,\n" +
-	"\x12virtual_cluster_id\x18\x01 \x01(\tR\x10virtualClusterId\x123\n" +
-	"\x04spec\x18\x02 \x01(\v2\x1f.gpuplane.v1.VirtualClusterSpecR\x04spec\x12'\n" +
-	"\x0fvirtual_cluster\x18\x03 \x01(\tR\x0evirtualCluster\"\xcc\x01\n" +
-	" ChangeVirtualClusterQuotaPayload\x12'\n" +
-	"\x0fvirtual_cluster\x18\x01 \x01(\tR\x0evirtualCluster\x12(\n" +
-	"\x05quota\x18\x02 \x01(\v2\x12.gpuplane.v1.QuotaR\x05quota\x12(\n" +
-	"\x05limit\x18\x03 \x01(\v2\x12.gpuplane.v1.QuotaR\x05limit\x12+\n" +
-	"\x11accept_preemption\x18\x04 \x01(\bR\x10acceptPreemption\"\xa1\x01\n" +
-	"\"ChangeVirtualClusterVersionPayload\x12'\n" +
-	"\x0fvirtual_cluster\x18\x01 \x01(\tR\x0evirtualCluster\x12#\n" +
+	"\apayload\"\xbb\x01\n" +
+	"\x1bCreateVirtualClusterPayload\x122\n" +
+	"\x12virtual_cluster_id\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x10virtualClusterId\x129\n" +
+	"\x04spec\x18\x02 \x01(\v2\x1f.gpuplane.v1.VirtualClusterSpecB\x04\xe2A\x01\x02R\x04spec\x12-\n" +
+	"\x0fvirtual_cluster\x18\x03 \x01(\tB\x04\xe2A\x01\x03R\x0evirtualCluster\"\xde\x01\n" +
+	" ChangeVirtualClusterQuotaPayload\x12-\n" +
+	"\x0fvirtual_cluster\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x0evirtualCluster\x12.\n" +
+	"\x05quota\x18\x02 \x01(\v2\x12.gpuplane.v1.QuotaB\x04\xe2A\x01\x02R\x05quota\x12.\n" +
+	"\x05limit\x18\x03 \x01(\v2\x12.gpuplane.v1.QuotaB\x04\xe2A\x01\x01R\x05limit\x12+\n" +
+	"\x11accept_preemption\x18\x04 \x01(\bR\x10acceptPreemption\"\xa7\x01\n" +
+	"\"ChangeVirtualClusterVersionPayload\x12-\n" +
+	"\x0fvirtual_cluster\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x0evirtualCluster\x12#\n" +
 	"\rchart_version\x18\x02 \x01(\tR\fchartVersion\x12-\n" +
-	"\x12kubernetes_version\x18\x03 \x01(\tR\x11kubernetesVersion\"E\n" +
-	"\x1aSleepVirtualClusterPayload\x12'\n" +
-	"\x0fvirtual_cluster\x18\x01 \x01(\tR\x0evirtualCluster\"D\n" +
-	"\x19WakeVirtualClusterPayload\x12'\n" +
-	"\x0fvirtual_cluster\x18\x01 \x01(\tR\x0evirtualCluster\"o\n" +
-	"\x16ChangeTeamQuotaPayload\x12(\n" +
-	"\x05quota\x18\x01 \x01(\v2\x12.gpuplane.v1.QuotaR\x05quota\x12+\n" +
-	"\x11accept_preemption\x18\x02 \x01(\bR\x10acceptPreemption\"F\n" +
-	"\x1bDeleteVirtualClusterPayload\x12'\n" +
-	"\x0fvirtual_cluster\x18\x01 \x01(\tR\x0evirtualCluster\"z\n" +
+	"\x12kubernetes_version\x18\x03 \x01(\tR\x11kubernetesVersion\"K\n" +
+	"\x1aSleepVirtualClusterPayload\x12-\n" +
+	"\x0fvirtual_cluster\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x0evirtualCluster\"J\n" +
+	"\x19WakeVirtualClusterPayload\x12-\n" +
+	"\x0fvirtual_cluster\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x0evirtualCluster\"u\n" +
+	"\x16ChangeTeamQuotaPayload\x12.\n" +
+	"\x05quota\x18\x01 \x01(\v2\x12.gpuplane.v1.QuotaB\x04\xe2A\x01\x02R\x05quota\x12+\n" +
+	"\x11accept_preemption\x18\x02 \x01(\bR\x10acceptPreemption\"L\n" +
+	"\x1bDeleteVirtualClusterPayload\x12-\n" +
+	"\x0fvirtual_cluster\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x0evirtualCluster\"z\n" +
 	"\tFitResult\x12\x12\n" +
 	"\x04fits\x18\x01 \x01(\bR\x04fits\x126\n" +
 	"\n" +
@@ -3066,13 +3132,13 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\trequested\x18\x04 \x01(\tR\trequested\x12\x12\n" +
 	"\x04free\x18\x05 \x01(\tR\x04free\x12\x1a\n" +
 	"\bcapacity\x18\x06 \x01(\tR\bcapacity\x12\x18\n" +
-	"\amessage\x18\a \x01(\tR\amessage\"e\n" +
-	"\x14CreateRequestRequest\x12.\n" +
-	"\arequest\x18\x01 \x01(\v2\x14.gpuplane.v1.RequestR\arequest\x12\x1d\n" +
+	"\amessage\x18\a \x01(\tR\amessage\"k\n" +
+	"\x14CreateRequestRequest\x124\n" +
+	"\arequest\x18\x01 \x01(\v2\x14.gpuplane.v1.RequestB\x04\xe2A\x01\x02R\arequest\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId\"'\n" +
-	"\x11GetRequestRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"i\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"-\n" +
+	"\x11GetRequestRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\"i\n" +
 	"\x13ListRequestsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -3080,53 +3146,53 @@ const file_gpuplane_v1_workflow_proto_rawDesc = "" +
 	"\x06filter\x18\x03 \x01(\tR\x06filter\"p\n" +
 	"\x14ListRequestsResponse\x120\n" +
 	"\brequests\x18\x01 \x03(\v2\x14.gpuplane.v1.RequestR\brequests\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\">\n" +
-	"\x14CancelRequestRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04etag\x18\x02 \x01(\tR\x04etag\"W\n" +
-	"\x15ApproveRequestRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"D\n" +
+	"\x14CancelRequestRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12\x12\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag\"]\n" +
+	"\x15ApproveRequestRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"V\n" +
-	"\x14RejectRequestRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\\\n" +
+	"\x14RejectRequestRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"U\n" +
 	"\x0fCheckFitRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
-	"\arequest\x18\x02 \x01(\v2\x14.gpuplane.v1.RequestR\arequest\"\x91\x02\n" +
-	"\x0eApprovalPolicy\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
-	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x12\x1e\n" +
+	"\arequest\x18\x02 \x01(\v2\x14.gpuplane.v1.RequestR\arequest\"\xa9\x02\n" +
+	"\x0eApprovalPolicy\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\bR\x04name\x12!\n" +
+	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x12$\n" +
 	"\n" +
-	"expression\x18\x03 \x01(\tR\n" +
+	"expression\x18\x03 \x01(\tB\x04\xe2A\x01\x02R\n" +
 	"expression\x12\x1a\n" +
 	"\bdisabled\x18\x04 \x01(\bR\bdisabled\x12\x12\n" +
-	"\x04etag\x18\x05 \x01(\tR\x04etag\x12;\n" +
-	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
-	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\".\n" +
-	"\x18GetApprovalPolicyRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"Y\n" +
+	"\x04etag\x18\x05 \x01(\tR\x04etag\x12A\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"createTime\x12A\n" +
+	"\vupdate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampB\x04\xe2A\x01\x03R\n" +
+	"updateTime\"4\n" +
+	"\x18GetApprovalPolicyRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\"Y\n" +
 	"\x1bListApprovalPoliciesRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"\x90\x01\n" +
 	"\x1cListApprovalPoliciesResponse\x12H\n" +
 	"\x11approval_policies\x18\x01 \x03(\v2\x1b.gpuplane.v1.ApprovalPolicyR\x10approvalPolicies\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb0\x01\n" +
-	"\x1bCreateApprovalPolicyRequest\x12,\n" +
-	"\x12approval_policy_id\x18\x01 \x01(\tR\x10approvalPolicyId\x12D\n" +
-	"\x0fapproval_policy\x18\x02 \x01(\v2\x1b.gpuplane.v1.ApprovalPolicyR\x0eapprovalPolicy\x12\x1d\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xbc\x01\n" +
+	"\x1bCreateApprovalPolicyRequest\x122\n" +
+	"\x12approval_policy_id\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x10approvalPolicyId\x12J\n" +
+	"\x0fapproval_policy\x18\x02 \x01(\v2\x1b.gpuplane.v1.ApprovalPolicyB\x04\xe2A\x01\x02R\x0eapprovalPolicy\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"\xa0\x01\n" +
-	"\x1bUpdateApprovalPolicyRequest\x12D\n" +
-	"\x0fapproval_policy\x18\x01 \x01(\v2\x1b.gpuplane.v1.ApprovalPolicyR\x0eapprovalPolicy\x12;\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"\xa6\x01\n" +
+	"\x1bUpdateApprovalPolicyRequest\x12J\n" +
+	"\x0fapproval_policy\x18\x01 \x01(\v2\x1b.gpuplane.v1.ApprovalPolicyB\x04\xe2A\x01\x02R\x0eapprovalPolicy\x12;\n" +
 	"\vupdate_mask\x18\x02 \x01(\v2\x1a.google.protobuf.FieldMaskR\n" +
-	"updateMask\"E\n" +
-	"\x1bDeleteApprovalPolicyRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"updateMask\"K\n" +
+	"\x1bDeleteApprovalPolicyRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xe2A\x01\x02R\x04name\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag2\x90\x06\n" +
 	"\x15VirtualClusterService\x12\x85\x01\n" +
 	"\x11GetVirtualCluster\x12%.gpuplane.v1.GetVirtualClusterRequest\x1a\x1b.gpuplane.v1.VirtualCluster\",\x82\xd3\xe4\x93\x02&\x12$/v1/{name=teams/*/virtualClusters/*}\x12\x96\x01\n" +

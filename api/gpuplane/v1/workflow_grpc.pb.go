@@ -30,11 +30,18 @@ const (
 // VirtualClusterServiceClient is the client API for VirtualClusterService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Virtual clusters: a team's vClusters and their KAI leaf queues. They are
+// created, resized and deleted through requests (RequestService).
 type VirtualClusterServiceClient interface {
+	// Get a virtual cluster: its spec and what the host cluster shows.
 	GetVirtualCluster(ctx context.Context, in *GetVirtualClusterRequest, opts ...grpc.CallOption) (*VirtualCluster, error)
+	// List a team's virtual clusters, or every team's the caller may read
+	// (team "-").
 	ListVirtualClusters(ctx context.Context, in *ListVirtualClustersRequest, opts ...grpc.CallOption) (*ListVirtualClustersResponse, error)
-	// A kubeconfig for the caller: the virtual cluster's endpoint and CA, and
-	// an exec credential plugin (`gpuplanectl credential`) that supplies the
+	// A kubeconfig for the caller.
+	//
+	// The virtual cluster's endpoint and CA, and an exec credential plugin (`gpuplanectl credential`) that supplies the
 	// caller's own OIDC token. Only members of the team may call it. With
 	// break_glass, platform admins get the vCluster admin certificate
 	// instead; every such use is audited.
@@ -117,11 +124,18 @@ func (c *virtualClusterServiceClient) WakeVirtualCluster(ctx context.Context, in
 // VirtualClusterServiceServer is the server API for VirtualClusterService service.
 // All implementations must embed UnimplementedVirtualClusterServiceServer
 // for forward compatibility.
+//
+// Virtual clusters: a team's vClusters and their KAI leaf queues. They are
+// created, resized and deleted through requests (RequestService).
 type VirtualClusterServiceServer interface {
+	// Get a virtual cluster: its spec and what the host cluster shows.
 	GetVirtualCluster(context.Context, *GetVirtualClusterRequest) (*VirtualCluster, error)
+	// List a team's virtual clusters, or every team's the caller may read
+	// (team "-").
 	ListVirtualClusters(context.Context, *ListVirtualClustersRequest) (*ListVirtualClustersResponse, error)
-	// A kubeconfig for the caller: the virtual cluster's endpoint and CA, and
-	// an exec credential plugin (`gpuplanectl credential`) that supplies the
+	// A kubeconfig for the caller.
+	//
+	// The virtual cluster's endpoint and CA, and an exec credential plugin (`gpuplanectl credential`) that supplies the
 	// caller's own OIDC token. Only members of the team may call it. With
 	// break_glass, platform admins get the vCluster admin certificate
 	// instead; every such use is audited.
@@ -322,16 +336,36 @@ const (
 // RequestServiceClient is the client API for RequestService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Requests: a team asks (a virtual cluster, more quota, an upgrade), a
+// department admin or an approval policy decides, the worker applies.
 type RequestServiceClient interface {
+	// Ask for something (team owners and department admins).
+	//
+	// The request is stored PENDING and the approval policies are tried at
+	// once: a matching one that fits approves it. A create request reserves
+	// the virtual cluster's id (phase PENDING_APPROVAL).
 	CreateRequest(ctx context.Context, in *CreateRequestRequest, opts ...grpc.CallOption) (*Request, error)
+	// Get a request.
 	GetRequest(ctx context.Context, in *GetRequestRequest, opts ...grpc.CallOption) (*Request, error)
-	// The approval inbox: filter on state, team, department, kind.
+	// List requests, newest first: the approval inbox.
+	//
+	// Filter on state, team, department, kind and requester.
 	ListRequests(ctx context.Context, in *ListRequestsRequest, opts ...grpc.CallOption) (*ListRequestsResponse, error)
+	// Withdraw a pending request (only its requester).
 	CancelRequest(ctx context.Context, in *CancelRequestRequest, opts ...grpc.CallOption) (*Request, error)
+	// Approve a pending request (platform and department admins).
+	//
+	// Refused with QUOTA_EXCEEDED, naming the level and resource, when it
+	// does not fit the hierarchy now.
 	ApproveRequest(ctx context.Context, in *ApproveRequestRequest, opts ...grpc.CallOption) (*Request, error)
+	// Reject a pending request (platform and department admins).
 	RejectRequest(ctx context.Context, in *RejectRequestRequest, opts ...grpc.CallOption) (*Request, error)
-	// Dry run: would this request fit if approved now? Either name a stored
-	// request or pass one that has not been created yet.
+	// Would this request fit if approved now?
+	//
+	// A dry run. Either name a stored request (POST
+	// /v1/requests/{request}:checkFit) or pass one that has not been created
+	// yet (POST /v1/requests:checkFit with request in the body).
 	CheckFit(ctx context.Context, in *CheckFitRequest, opts ...grpc.CallOption) (*FitResult, error)
 }
 
@@ -416,16 +450,36 @@ func (c *requestServiceClient) CheckFit(ctx context.Context, in *CheckFitRequest
 // RequestServiceServer is the server API for RequestService service.
 // All implementations must embed UnimplementedRequestServiceServer
 // for forward compatibility.
+//
+// Requests: a team asks (a virtual cluster, more quota, an upgrade), a
+// department admin or an approval policy decides, the worker applies.
 type RequestServiceServer interface {
+	// Ask for something (team owners and department admins).
+	//
+	// The request is stored PENDING and the approval policies are tried at
+	// once: a matching one that fits approves it. A create request reserves
+	// the virtual cluster's id (phase PENDING_APPROVAL).
 	CreateRequest(context.Context, *CreateRequestRequest) (*Request, error)
+	// Get a request.
 	GetRequest(context.Context, *GetRequestRequest) (*Request, error)
-	// The approval inbox: filter on state, team, department, kind.
+	// List requests, newest first: the approval inbox.
+	//
+	// Filter on state, team, department, kind and requester.
 	ListRequests(context.Context, *ListRequestsRequest) (*ListRequestsResponse, error)
+	// Withdraw a pending request (only its requester).
 	CancelRequest(context.Context, *CancelRequestRequest) (*Request, error)
+	// Approve a pending request (platform and department admins).
+	//
+	// Refused with QUOTA_EXCEEDED, naming the level and resource, when it
+	// does not fit the hierarchy now.
 	ApproveRequest(context.Context, *ApproveRequestRequest) (*Request, error)
+	// Reject a pending request (platform and department admins).
 	RejectRequest(context.Context, *RejectRequestRequest) (*Request, error)
-	// Dry run: would this request fit if approved now? Either name a stored
-	// request or pass one that has not been created yet.
+	// Would this request fit if approved now?
+	//
+	// A dry run. Either name a stored request (POST
+	// /v1/requests/{request}:checkFit) or pass one that has not been created
+	// yet (POST /v1/requests:checkFit with request in the body).
 	CheckFit(context.Context, *CheckFitRequest) (*FitResult, error)
 	mustEmbedUnimplementedRequestServiceServer()
 }
@@ -656,11 +710,19 @@ const (
 // ApprovalPolicyServiceClient is the client API for ApprovalPolicyService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Approval policies: CEL expressions that approve matching requests
+// without a human (platform admins manage them).
 type ApprovalPolicyServiceClient interface {
+	// Get an approval policy.
 	GetApprovalPolicy(ctx context.Context, in *GetApprovalPolicyRequest, opts ...grpc.CallOption) (*ApprovalPolicy, error)
+	// List approval policies in evaluation order.
 	ListApprovalPolicies(ctx context.Context, in *ListApprovalPoliciesRequest, opts ...grpc.CallOption) (*ListApprovalPoliciesResponse, error)
+	// Create an approval policy; its expression is compiled and checked.
 	CreateApprovalPolicy(ctx context.Context, in *CreateApprovalPolicyRequest, opts ...grpc.CallOption) (*ApprovalPolicy, error)
+	// Update an approval policy's display name, expression or disabled flag.
 	UpdateApprovalPolicy(ctx context.Context, in *UpdateApprovalPolicyRequest, opts ...grpc.CallOption) (*ApprovalPolicy, error)
+	// Delete an approval policy.
 	DeleteApprovalPolicy(ctx context.Context, in *DeleteApprovalPolicyRequest, opts ...grpc.CallOption) (*emptypb.Empty, error)
 }
 
@@ -725,11 +787,19 @@ func (c *approvalPolicyServiceClient) DeleteApprovalPolicy(ctx context.Context, 
 // ApprovalPolicyServiceServer is the server API for ApprovalPolicyService service.
 // All implementations must embed UnimplementedApprovalPolicyServiceServer
 // for forward compatibility.
+//
+// Approval policies: CEL expressions that approve matching requests
+// without a human (platform admins manage them).
 type ApprovalPolicyServiceServer interface {
+	// Get an approval policy.
 	GetApprovalPolicy(context.Context, *GetApprovalPolicyRequest) (*ApprovalPolicy, error)
+	// List approval policies in evaluation order.
 	ListApprovalPolicies(context.Context, *ListApprovalPoliciesRequest) (*ListApprovalPoliciesResponse, error)
+	// Create an approval policy; its expression is compiled and checked.
 	CreateApprovalPolicy(context.Context, *CreateApprovalPolicyRequest) (*ApprovalPolicy, error)
+	// Update an approval policy's display name, expression or disabled flag.
 	UpdateApprovalPolicy(context.Context, *UpdateApprovalPolicyRequest) (*ApprovalPolicy, error)
+	// Delete an approval policy.
 	DeleteApprovalPolicy(context.Context, *DeleteApprovalPolicyRequest) (*emptypb.Empty, error)
 	mustEmbedUnimplementedApprovalPolicyServiceServer()
 }

@@ -46,8 +46,8 @@ describe('createGpuplaneClient', () => {
     const { seen, fetch } = fakeFetch(() => json(200, { name: 'requests/r1', state: 'APPROVED' }));
     const client = createGpuplaneClient({ baseUrl: 'http://localhost:8080', fetch });
     await unwrap(
-      client.POST('/v1/requests/{name}:approve', {
-        params: { path: { name: 'r1' } },
+      client.POST('/v1/requests/{request}:approve', {
+        params: { path: { request: 'r1' } },
         body: { reason: 'ok for Q4' },
       }),
     );
@@ -85,7 +85,7 @@ describe('createGpuplaneClient', () => {
     const { fetch } = fakeFetch(() => json(400, status, { 'x-request-id': 'req-123' }));
     const client = createGpuplaneClient({ baseUrl: 'http://localhost:8080', fetch });
     const err = await unwrap(client.POST('/v1/requests', {
-        body: { team: 'teams/team-a', createVirtualCluster: { virtualClusterId: 'Bad_Id' } },
+        body: { team: 'teams/team-a', createVirtualCluster: { virtualClusterId: 'Bad_Id', spec: { quota: { gpu: '1' } } } },
       }),
     ).catch(e => e);
     expect(isGpuplaneError(err)).toBe(true);
@@ -122,7 +122,7 @@ describe('createGpuplaneClient', () => {
   it('maps HTTP-only answers to gRPC codes', async () => {
     const { fetch } = fakeFetch(() => new Response('', { status: 404 }));
     const client = createGpuplaneClient({ baseUrl: 'http://localhost:8080', fetch });
-    const e: GpuplaneError = await unwrap(client.GET('/v1/teams/{name}', { params: { path: { name: 'x' } } })).catch(
+    const e: GpuplaneError = await unwrap(client.GET('/v1/teams/{team}', { params: { path: { team: 'x' } } })).catch(
       x => x,
     );
     expect(e.codeName).toBe('NOT_FOUND');

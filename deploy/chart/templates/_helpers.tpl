@@ -51,13 +51,86 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "gpuplane.serverServiceAccount" -}}
-{{- default (printf "%s-server" (include "gpuplane.fullname" .)) .Values.serviceAccount.serverName -}}
+{{- default (printf "%s-server" (include "gpuplane.fullname" .)) .Values.server.serviceAccount.name -}}
 {{- end -}}
 {{- define "gpuplane.workerServiceAccount" -}}
-{{- default (printf "%s-worker" (include "gpuplane.fullname" .)) .Values.serviceAccount.workerName -}}
+{{- default (printf "%s-worker" (include "gpuplane.fullname" .)) .Values.worker.serviceAccount.name -}}
 {{- end -}}
 {{- define "gpuplane.migrateServiceAccount" -}}
-{{- default (printf "%s-migrate" (include "gpuplane.fullname" .)) .Values.serviceAccount.migrateName -}}
+{{- default (printf "%s-migrate" (include "gpuplane.fullname" .)) .Values.migrations.serviceAccount.name -}}
+{{- end -}}
+
+{{/*
+A component's ServiceAccount: pass (dict "ctx" $ "component" "server"
+"name" <name> "sa" <component>.serviceAccount "hook" <bool>).
+*/}}
+{{- define "gpuplane.serviceAccount" -}}
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ .name }}
+  namespace: {{ .ctx.Release.Namespace }}
+  labels:
+    {{- include "gpuplane.componentLabels" (dict "ctx" .ctx "component" .component) | nindent 4 }}
+  {{- if or .sa.annotations .hook }}
+  annotations:
+    {{- if .hook }}
+    helm.sh/hook: pre-install,pre-upgrade
+    helm.sh/hook-weight: "-10"
+    helm.sh/hook-delete-policy: before-hook-creation
+    {{- end }}
+    {{- with .sa.annotations }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- end }}
+automountServiceAccountToken: false
+{{- end -}}
+
+{{/*
+A component's HorizontalPodAutoscaler: pass (dict "ctx" $ "component"
+"server" "autoscaling" <component>.autoscaling).
+*/}}
+{{- define "gpuplane.hpa" -}}
+{{- $a := .autoscaling -}}
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata:
+  name: {{ include "gpuplane.fullname" .ctx }}-{{ .component }}
+  namespace: {{ .ctx.Release.Namespace }}
+  labels:
+    {{- include "gpuplane.componentLabels" (dict "ctx" .ctx "component" .component) | nindent 4 }}
+spec:
+  scaleTargetRef:
+    apiVersion: apps/v1
+    kind: Deployment
+    name: {{ include "gpuplane.fullname" .ctx }}-{{ .component }}
+  minReplicas: {{ $a.minReplicas }}
+  maxReplicas: {{ $a.maxReplicas }}
+  {{- if not (or $a.targetCPUUtilizationPercentage $a.targetMemoryUtilizationPercentage) }}
+  {{- fail (printf "%s.autoscaling: set targetCPUUtilizationPercentage or targetMemoryUtilizationPercentage" .component) }}
+  {{- end }}
+  metrics:
+    {{- range $resource, $target := dict "cpu" $a.targetCPUUtilizationPercentage "memory" $a.targetMemoryUtilizationPercentage }}
+    {{- if $target }}
+    - type: Resource
+      resource:
+        name: {{ $resource }}
+        target:
+          type: Utilization
+          averageUtilization: {{ $target }}
+    {{- end }}
+    {{- end }}
+{{- end -}}
+
+{{/*
+The extra volume mounts, envFrom and volumes every gpuplane container and
+pod gets (values extraVolumeMounts, extraEnvFrom, extraVolumes).
+*/}}
+{{- define "gpuplane.extraVolumeMounts" -}}
+{{- with .Values.extraVolumeMounts }}{{ toYaml . }}{{ end -}}
+{{- end -}}
+{{- define "gpuplane.extraVolumes" -}}
+{{- with .Values.extraVolumes }}{{ toYaml . }}{{ end -}}
 {{- end -}}
 
 {{- define "gpuplane.image" -}}
@@ -69,10 +142,17 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/*
-The restricted Pod Security profile, for pods and containers. The image runs
-as the distroless "nonroot" user (65532).
+Security contexts: the restricted Pod Security profile (the image runs as
+the distroless "nonroot" user, 65532) with podSecurityContext and
+containerSecurityContext merged over it.
 */}}
 {{- define "gpuplane.podSecurityContext" -}}
+{{- toYaml (mergeOverwrite (include "gpuplane.podSecurityContextDefaults" . | fromYaml) (deepCopy .Values.podSecurityContext)) -}}
+{{- end -}}
+{{- define "gpuplane.containerSecurityContext" -}}
+{{- toYaml (mergeOverwrite (include "gpuplane.containerSecurityContextDefaults" . | fromYaml) (deepCopy .Values.containerSecurityContext)) -}}
+{{- end -}}
+{{- define "gpuplane.podSecurityContextDefaults" -}}
 runAsNonRoot: true
 runAsUser: 65532
 runAsGroup: 65532
@@ -80,7 +160,7 @@ fsGroup: 65532
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
-{{- define "gpuplane.containerSecurityContext" -}}
+{{- define "gpuplane.containerSecurityContextDefaults" -}}
 runAsNonRoot: true
 runAsUser: 65532
 runAsGroup: 65532
@@ -94,12 +174,12 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
-{{/* DATABASE_URL, always from the existing Secret. */}}
+{{/* DATABASE_URL, always from the existing Secret, which must be named. */}}
 {{- define "gpuplane.databaseEnv" -}}
 - name: DATABASE_URL
   valueFrom:
     secretKeyRef:
-      name: {{ .Values.database.existingSecret }}
+      name: {{ required "database.existingSecret is required: create a Secret holding the PostgreSQL URL (kubectl create secret generic gpuplane-database --from-literal=url='postgres://...') and set --set database.existingSecret=gpuplane-database" .Values.database.existingSecret }}
       key: {{ .Values.database.key }}
 {{- end -}}
 

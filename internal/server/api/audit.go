@@ -8,6 +8,7 @@ import (
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 	"github.com/gpuplane/gpuplane/internal/audit"
+	"github.com/gpuplane/gpuplane/internal/jsonshape"
 )
 
 // ListAuditEvents returns events newest first. Platform admins see all;
@@ -34,11 +35,13 @@ func eventToProto(x audit.Stored) *pb.AuditEvent {
 		Action: x.Action, Resource: x.Resource, RequestId: x.RequestID, CorrelationId: x.CorrelationID,
 		ResourceUid: x.ResourceUID,
 	}
+	// Snapshots are stored with proto field names; callers get the JSON
+	// names every other response uses.
 	if x.Before != nil {
-		e.Before, _ = structpb.NewStruct(x.Before)
+		e.Before, _ = structpb.NewStruct(jsonshape.CamelMap(x.Before))
 	}
 	if x.After != nil {
-		e.After, _ = structpb.NewStruct(x.After)
+		e.After, _ = structpb.NewStruct(jsonshape.CamelMap(x.After))
 	}
 	if x.Department != "" {
 		e.Department = "departments/" + x.Department

@@ -43,10 +43,31 @@ func quotaFromProto(v *errs.Violations, field string, q *pb.Quota) quota.Resourc
 		}
 		r.GPU = g
 	}
-	r.CPUMillis = q.CpuMillis
-	r.MemoryBytes = q.MemoryBytes
+	r.CPUMillis = quantity(v, field, "cpu", q.Cpu, "cpu_millis", q.CpuMillis, quota.ParseCPU, quota.FormatCPU)
+	r.MemoryBytes = quantity(v, field, "memory", q.Memory, "memory_bytes", q.MemoryBytes, quota.ParseMemory, quota.FormatMemory)
 	*v = append(*v, r.Validate(field)...)
 	return r
+}
+
+// quantity is one resource of a quota given either as a Kubernetes
+// quantity string (cpu "16", memory "64Gi") or as the canonical integer
+// (cpu_millis, memory_bytes). Both may be set only when they agree, so a
+// client that sends cpu "16" next to a stale cpu_millis is told, not
+// guessed at.
+func quantity(v *errs.Violations, field, qField string, q *string, nField string, n int64,
+	parse func(string) (int64, error), format func(int64) string) int64 {
+	if q == nil {
+		return n
+	}
+	parsed, err := parse(*q)
+	if err != nil {
+		v.Add(field+"."+qField, "%v", err)
+		return n
+	}
+	if n != 0 && n != parsed {
+		v.Add(field+"."+qField, "%s is %s, but %s says %s; set one of them", qField, format(parsed), nField, format(n))
+	}
+	return parsed
 }
 
 func quotaToProto(r quota.Resources) *pb.Quota {
@@ -267,7 +288,8 @@ func maskPaths(paths []string, allowed ...string) (map[string]bool, error) {
 		return out, nil
 	}
 	whole := map[string]bool{}
-	for _, p := range paths {
+	for _, asked := range paths {
+		p := maskPath(asked)
 		switch parent, sub, _ := strings.Cut(p, "."); {
 		case slices.Contains(allowed, p):
 			out[p], whole[p] = true, true
@@ -275,7 +297,14 @@ func maskPaths(paths []string, allowed ...string) (map[string]bool, error) {
 		case slices.Contains(allowed, parent) && slices.Contains(quotaParents, parent) && isQuotaField(sub):
 			out[parent], out[p] = true, true
 		default:
-			return nil, errs.InvalidField("update_mask", "path %q cannot be updated; updatable: %s", p, strings.Join(allowed, ", "))
+			names := allowed
+			if asked != p { // the caller wrote JSON names; answer in kind
+				names = make([]string, len(allowed))
+				for i, a := range allowed {
+					names[i] = errs.JSONFieldPath(a)
+				}
+			}
+			return nil, errs.InvalidField("update_mask", "path %q cannot be updated; updatable: %s", asked, strings.Join(names, ", "))
 		}
 	}
 	// A whole quota in the mask wins over its sub-fields.
@@ -285,6 +314,23 @@ func maskPaths(paths []string, allowed ...string) (map[string]bool, error) {
 		}
 	}
 	return out, nil
+}
+
+// maskPath reads one update-mask path in proto form: REST callers write
+// JSON names (displayName, quotaBudget.cpuMillis), as FieldMask's JSON form
+// does, and a quota's quantity fields (quota.cpu, quota.memory, what the
+// gateway derives from a body that used them) select the amounts they set.
+func maskPath(p string) string {
+	p = errs.ProtoFieldPath(p)
+	if parent, sub, ok := strings.Cut(p, "."); ok && slices.Contains(quotaParents, parent) {
+		switch sub {
+		case "cpu":
+			return parent + "." + quota.ResourceCPU.Field()
+		case "memory":
+			return parent + "." + quota.ResourceMemory.Field()
+		}
+	}
+	return p
 }
 
 // outputOnlyPaths may appear in a mask but are never updated. Immutable

@@ -116,18 +116,9 @@ func (s *Policies) UpdateApprovalPolicy(ctx context.Context, req *pb.UpdateAppro
 	if p == nil {
 		return nil, errs.InvalidField("approval_policy", "required")
 	}
-	paths := map[string]bool{}
-	mask := req.GetUpdateMask().GetPaths()
-	if len(mask) == 0 || (len(mask) == 1 && mask[0] == "*") {
-		mask = []string{"display_name", "expression", "disabled"}
-	}
-	for _, m := range mask {
-		switch m {
-		case "display_name", "expression", "disabled":
-			paths[m] = true
-		default:
-			return nil, errs.InvalidField("update_mask", "path %q cannot be updated; updatable: display_name, expression, disabled", m)
-		}
+	paths, err := maskPaths(req.GetUpdateMask().GetPaths(), "display_name", "expression", "disabled")
+	if err != nil {
+		return nil, err
 	}
 	if paths["expression"] {
 		if _, err := policy.Compile(p.GetExpression()); err != nil {

@@ -75,7 +75,8 @@ type Field struct {
 	Prefix bool
 }
 
-// Schema maps the field name as the user writes it (snake_case) to its Field.
+// Schema maps a field's proto name (snake_case) to its Field; filters may
+// name it so or by its JSON name (lowerCamelCase).
 type Schema map[string]Field
 
 // Compile returns a SQL boolean expression using placeholders $N starting at
@@ -347,7 +348,12 @@ func (p *parser) term() (string, error) {
 	name := ft.text
 	f, ok := p.schema[name]
 	if !ok {
-		return "", p.unknownField(ft)
+		// REST callers see JSON names (isolationTier); the schema has the
+		// proto names (isolation_tier). Both are accepted.
+		name = errs.ProtoFieldPath(name)
+		if f, ok = p.schema[name]; !ok {
+			return "", p.unknownField(ft)
+		}
 	}
 	op := ot.text
 	if op != "=" && op != "!=" && f.Type != Timestamp {

@@ -3,6 +3,20 @@
  * Do not make direct changes to the file.
  */
 
+export type $Read<T> = {
+    readonly $read: T;
+};
+export type $Write<T> = {
+    readonly $write: T;
+};
+export type Readable<T> = T extends $Write<any> ? never : T extends $Read<infer U> ? Readable<U> : T extends (infer E)[] ? Readable<E>[] : T extends object ? {
+    [K in keyof T as NonNullable<T[K]> extends $Write<any> ? never : K]: Readable<T[K]>;
+} : T;
+export type Writable<T> = T extends $Read<any> ? never : T extends $Write<infer U> ? Writable<U> : T extends (infer E)[] ? Writable<E>[] : T extends object ? {
+    [K in keyof T as NonNullable<T[K]> extends $Read<any> ? never : K]: Writable<T[K]>;
+} & {
+    [K in keyof T as NonNullable<T[K]> extends $Read<any> ? K : never]?: never;
+} : T;
 export interface paths {
     "/v1/approvalPolicies": {
         parameters: {
@@ -11,45 +25,34 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get: operations["ApprovalPolicyService_ListApprovalPolicies"];
+        /** List approval policies in evaluation order. */
+        get: operations["ListApprovalPolicies"];
         put?: never;
-        post: operations["ApprovalPolicyService_CreateApprovalPolicy"];
+        /** Create an approval policy; its expression is compiled and checked. */
+        post: operations["CreateApprovalPolicy"];
         delete?: never;
         options?: never;
         head?: never;
         patch?: never;
         trace?: never;
     };
-    "/v1/approvalPolicies/{approval_policy.name}": {
+    "/v1/approvalPolicies/{approvalPolicy}": {
         parameters: {
             query?: never;
             header?: never;
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /** Get an approval policy. */
+        get: operations["GetApprovalPolicy"];
         put?: never;
         post?: never;
-        delete?: never;
+        /** Delete an approval policy. */
+        delete: operations["DeleteApprovalPolicy"];
         options?: never;
         head?: never;
-        patch: operations["ApprovalPolicyService_UpdateApprovalPolicy"];
-        trace?: never;
-    };
-    "/v1/approvalPolicies/{name}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get: operations["ApprovalPolicyService_GetApprovalPolicy"];
-        put?: never;
-        post?: never;
-        delete: operations["ApprovalPolicyService_DeleteApprovalPolicy"];
-        options?: never;
-        head?: never;
-        patch?: never;
+        /** Update an approval policy's display name, expression or disabled flag. */
+        patch: operations["UpdateApprovalPolicy"];
         trace?: never;
     };
     "/v1/auditEvents": {
@@ -59,7 +62,12 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get: operations["AuditService_ListAuditEvents"];
+        /**
+         * List audit events, newest first.
+         * @description Platform admins see every event, department admins their departments'
+         *     and team members their teams'.
+         */
+        get: operations["ListAuditEvents"];
         put?: never;
         post?: never;
         delete?: never;
@@ -75,45 +83,37 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get: operations["DepartmentService_ListDepartments"];
+        /** List the departments the caller may read. */
+        get: operations["ListDepartments"];
         put?: never;
-        post: operations["DepartmentService_CreateDepartment"];
+        /** Create a department (platform admins). */
+        post: operations["CreateDepartment"];
         delete?: never;
         options?: never;
         head?: never;
         patch?: never;
         trace?: never;
     };
-    "/v1/departments/{department.name}": {
+    "/v1/departments/{department}": {
         parameters: {
             query?: never;
             header?: never;
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /** Get a department. */
+        get: operations["GetDepartment"];
         put?: never;
         post?: never;
-        delete?: never;
+        /** Delete a department that has no teams left (platform admins). */
+        delete: operations["DeleteDepartment"];
         options?: never;
         head?: never;
-        patch: operations["DepartmentService_UpdateDepartment"];
-        trace?: never;
-    };
-    "/v1/departments/{name}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get: operations["DepartmentService_GetDepartment"];
-        put?: never;
-        post?: never;
-        delete: operations["DepartmentService_DeleteDepartment"];
-        options?: never;
-        head?: never;
-        patch?: never;
+        /**
+         * Update a department's display name, budget or admin groups.
+         * @description The budget may not shrink below what its teams hold.
+         */
+        patch: operations["UpdateDepartment"];
         trace?: never;
     };
     "/v1/hostClusters": {
@@ -123,54 +123,38 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get: operations["HostClusterService_ListHostClusters"];
+        get: operations["ListHostClusters"];
         put?: never;
         /** Platform admins only. */
-        post: operations["HostClusterService_CreateHostCluster"];
+        post: operations["CreateHostCluster"];
         delete?: never;
         options?: never;
         head?: never;
         patch?: never;
         trace?: never;
     };
-    "/v1/hostClusters/{host_cluster.name}": {
+    "/v1/hostClusters/{hostCluster}": {
         parameters: {
             query?: never;
             header?: never;
             path?: never;
             cookie?: never;
         };
-        get?: never;
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        head?: never;
-        /**
-         * Platform admins only. A tier it still hosts virtual clusters of cannot
-         *     be removed.
-         */
-        patch: operations["HostClusterService_UpdateHostCluster"];
-        trace?: never;
-    };
-    "/v1/hostClusters/{name}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get: operations["HostClusterService_GetHostCluster"];
+        get: operations["GetHostCluster"];
         put?: never;
         post?: never;
         /**
          * Platform admins only. Refused (FAILED_PRECONDITION, reason
          *     HAS_DEPENDENTS, naming them) while it hosts virtual clusters.
          */
-        delete: operations["HostClusterService_DeleteHostCluster"];
+        delete: operations["DeleteHostCluster"];
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * Platform admins only. A tier it still hosts virtual clusters of cannot
+         *     be removed.
+         */
+        patch: operations["UpdateHostCluster"];
         trace?: never;
     };
     "/v1/requests": {
@@ -180,24 +164,34 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The approval inbox: filter on state, team, department, kind. */
-        get: operations["RequestService_ListRequests"];
+        /**
+         * List requests, newest first: the approval inbox.
+         * @description Filter on state, team, department, kind and requester.
+         */
+        get: operations["ListRequests"];
         put?: never;
-        post: operations["RequestService_CreateRequest"];
+        /**
+         * Ask for something (team owners and department admins).
+         * @description The request is stored PENDING and the approval policies are tried at
+         *     once: a matching one that fits approves it. A create request reserves
+         *     the virtual cluster's id (phase PENDING_APPROVAL).
+         */
+        post: operations["CreateRequest"];
         delete?: never;
         options?: never;
         head?: never;
         patch?: never;
         trace?: never;
     };
-    "/v1/requests/{name}": {
+    "/v1/requests/{request}": {
         parameters: {
             query?: never;
             header?: never;
             path?: never;
             cookie?: never;
         };
-        get: operations["RequestService_GetRequest"];
+        /** Get a request. */
+        get: operations["GetRequest"];
         put?: never;
         post?: never;
         delete?: never;
@@ -206,39 +200,7 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
-    "/v1/requests/{name}:approve": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        post: operations["RequestService_ApproveRequest"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/requests/{name}:cancel": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        post: operations["RequestService_CancelRequest"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/requests/{name}:checkFit": {
+    "/v1/requests/{request}:approve": {
         parameters: {
             query?: never;
             header?: never;
@@ -248,17 +210,18 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Dry run: would this request fit if approved now? Either name a stored
-         *     request or pass one that has not been created yet.
+         * Approve a pending request (platform and department admins).
+         * @description Refused with QUOTA_EXCEEDED, naming the level and resource, when it
+         *     does not fit the hierarchy now.
          */
-        post: operations["RequestService_CheckFit_1"];
+        post: operations["ApproveRequest"];
         delete?: never;
         options?: never;
         head?: never;
         patch?: never;
         trace?: never;
     };
-    "/v1/requests/{name}:reject": {
+    "/v1/requests/{request}:cancel": {
         parameters: {
             query?: never;
             header?: never;
@@ -267,7 +230,47 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        post: operations["RequestService_RejectRequest"];
+        /** Withdraw a pending request (only its requester). */
+        post: operations["CancelRequest"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/requests/{request}:checkFit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Would this request fit if approved now?
+         * @description A dry run. Either name a stored request (POST
+         *     /v1/requests/{request}:checkFit) or pass one that has not been created
+         *     yet (POST /v1/requests:checkFit with request in the body).
+         */
+        post: operations["CheckRequestFit"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/requests/{request}:reject": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Reject a pending request (platform and department admins). */
+        post: operations["RejectRequest"];
         delete?: never;
         options?: never;
         head?: never;
@@ -284,10 +287,12 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Dry run: would this request fit if approved now? Either name a stored
-         *     request or pass one that has not been created yet.
+         * Would this request fit if approved now?
+         * @description A dry run. Either name a stored request (POST
+         *     /v1/requests/{request}:checkFit) or pass one that has not been created
+         *     yet (POST /v1/requests:checkFit with request in the body).
          */
-        post: operations["RequestService_CheckFit"];
+        post: operations["CheckFit"];
         delete?: never;
         options?: never;
         head?: never;
@@ -301,7 +306,8 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get: operations["WatchService_WatchRequests"];
+        /** Watch the requests the caller may read. */
+        get: operations["WatchRequests"];
         put?: never;
         post?: never;
         delete?: never;
@@ -317,80 +323,81 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get: operations["TeamService_ListTeams"];
+        /** List the teams the caller may read. */
+        get: operations["ListTeams"];
         put?: never;
-        post: operations["TeamService_CreateTeam"];
+        /**
+         * Create a team in a department (platform and department admins).
+         * @description Its quota must fit the department's budget and its node pool.
+         */
+        post: operations["CreateTeam"];
         delete?: never;
         options?: never;
         head?: never;
         patch?: never;
         trace?: never;
     };
-    "/v1/teams/{member.name}/members/{member.name_1}": {
+    "/v1/teams/{team}": {
         parameters: {
             query?: never;
             header?: never;
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /** Get a team. */
+        get: operations["GetTeam"];
         put?: never;
         post?: never;
-        delete?: never;
+        /** Delete a team that has no virtual clusters left. */
+        delete: operations["DeleteTeam"];
         options?: never;
         head?: never;
-        patch: operations["MemberService_UpdateMember"];
+        /**
+         * Update a team's display name, tier, quota or node pool.
+         * @description Platform and department admins only; team owners ask for quota through
+         *     a CHANGE_TEAM_QUOTA request.
+         */
+        patch: operations["UpdateTeam"];
         trace?: never;
     };
-    "/v1/teams/{name}": {
+    "/v1/teams/{team}/members": {
         parameters: {
             query?: never;
             header?: never;
             path?: never;
             cookie?: never;
         };
-        get: operations["TeamService_GetTeam"];
+        /** List a team's members. */
+        get: operations["ListMembers"];
         put?: never;
-        post?: never;
-        delete: operations["TeamService_DeleteTeam"];
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/teams/{name}/members/{name_1}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get: operations["MemberService_GetMember"];
-        put?: never;
-        post?: never;
-        delete: operations["MemberService_DeleteMember"];
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/teams/{name}/virtualClusters/{name_1}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get: operations["VirtualClusterService_GetVirtualCluster"];
-        put?: never;
-        post?: never;
+        /** Add a user or an OIDC group to a team (team owners and admins). */
+        post: operations["CreateMember"];
         delete?: never;
         options?: never;
         head?: never;
         patch?: never;
         trace?: never;
     };
-    "/v1/teams/{name}/virtualClusters/{name_1}:kubeconfig": {
+    "/v1/teams/{team}/members/{member}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get a member of a team. */
+        get: operations["GetMember"];
+        put?: never;
+        post?: never;
+        /** Remove a member from a team. */
+        delete: operations["DeleteMember"];
+        options?: never;
+        head?: never;
+        /** Change a member's role. */
+        patch: operations["UpdateMember"];
+        trace?: never;
+    };
+    "/v1/teams/{team}/virtualClusters": {
         parameters: {
             query?: never;
             header?: never;
@@ -398,13 +405,10 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * A kubeconfig for the caller: the virtual cluster's endpoint and CA, and
-         *     an exec credential plugin (`gpuplanectl credential`) that supplies the
-         *     caller's own OIDC token. Only members of the team may call it. With
-         *     break_glass, platform admins get the vCluster admin certificate
-         *     instead; every such use is audited.
+         * List a team's virtual clusters, or every team's the caller may read
+         *     (team "-").
          */
-        get: operations["VirtualClusterService_GetVirtualClusterKubeconfig"];
+        get: operations["ListVirtualClusters"];
         put?: never;
         post?: never;
         delete?: never;
@@ -413,7 +417,47 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
-    "/v1/teams/{name}/virtualClusters/{name_1}:sleep": {
+    "/v1/teams/{team}/virtualClusters/{virtualCluster}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get a virtual cluster: its spec and what the host cluster shows. */
+        get: operations["GetVirtualCluster"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/teams/{team}/virtualClusters/{virtualCluster}:kubeconfig": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A kubeconfig for the caller.
+         * @description The virtual cluster's endpoint and CA, and an exec credential plugin (`gpuplanectl credential`) that supplies the
+         *     caller's own OIDC token. Only members of the team may call it. With
+         *     breakGlass, platform admins get the vCluster admin certificate
+         *     instead; every such use is audited.
+         */
+        get: operations["GetVirtualClusterKubeconfig"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/teams/{team}/virtualClusters/{virtualCluster}:sleep": {
         parameters: {
             query?: never;
             header?: never;
@@ -431,14 +475,14 @@ export interface paths {
          *     no-op; a virtual cluster being created, deleted or failed cannot sleep
          *     (FAILED_PRECONDITION).
          */
-        post: operations["VirtualClusterService_SleepVirtualCluster"];
+        post: operations["SleepVirtualCluster"];
         delete?: never;
         options?: never;
         head?: never;
         patch?: never;
         trace?: never;
     };
-    "/v1/teams/{name}/virtualClusters/{name_1}:wake": {
+    "/v1/teams/{team}/virtualClusters/{virtualCluster}:wake": {
         parameters: {
             query?: never;
             header?: never;
@@ -455,75 +499,28 @@ export interface paths {
          *     (FAILED_PRECONDITION naming the shortfall otherwise). Waking an awake
          *     one is a no-op.
          */
-        post: operations["VirtualClusterService_WakeVirtualCluster"];
+        post: operations["WakeVirtualCluster"];
         delete?: never;
         options?: never;
         head?: never;
         patch?: never;
         trace?: never;
     };
-    "/v1/teams/{parent}/members": {
+    "/v1/teams/{team}/virtualClusters:watch": {
         parameters: {
             query?: never;
             header?: never;
             path?: never;
             cookie?: never;
         };
-        get: operations["MemberService_ListMembers"];
-        put?: never;
-        post: operations["MemberService_CreateMember"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/teams/{parent}/virtualClusters": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get: operations["VirtualClusterService_ListVirtualClusters"];
+        /** Watch a team's virtual clusters (or every readable team's, team "-"). */
+        get: operations["WatchVirtualClusters"];
         put?: never;
         post?: never;
         delete?: never;
         options?: never;
         head?: never;
         patch?: never;
-        trace?: never;
-    };
-    "/v1/teams/{parent}/virtualClusters:watch": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get: operations["WatchService_WatchVirtualClusters"];
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/teams/{team.name}": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch: operations["TeamService_UpdateTeam"];
         trace?: never;
     };
     "/v1/users/me": {
@@ -533,8 +530,13 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Who the caller is, as the server sees the token, and what it may do. */
-        get: operations["IdentityService_GetCurrentUser"];
+        /**
+         * Who the caller is, and what it may do.
+         * @description The token's subject, username and groups as the server verified them,
+         *     whether the caller is a platform admin, the departments it
+         *     administers and its role on every team.
+         */
+        get: operations["GetCurrentUser"];
         put?: never;
         post?: never;
         delete?: never;
@@ -550,69 +552,37 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get: operations["WebhookService_ListWebhookSubscriptions"];
+        /** List the webhook subscriptions the caller may read. */
+        get: operations["ListWebhookSubscriptions"];
         put?: never;
-        post: operations["WebhookService_CreateWebhookSubscription"];
+        /** Create a webhook subscription. */
+        post: operations["CreateWebhookSubscription"];
         delete?: never;
         options?: never;
         head?: never;
         patch?: never;
         trace?: never;
     };
-    "/v1/webhookSubscriptions/{name}": {
+    "/v1/webhookSubscriptions/{webhookSubscription}": {
         parameters: {
             query?: never;
             header?: never;
             path?: never;
             cookie?: never;
         };
-        get: operations["WebhookService_GetWebhookSubscription"];
+        /** Get a webhook subscription. */
+        get: operations["GetWebhookSubscription"];
         put?: never;
         post?: never;
-        delete: operations["WebhookService_DeleteWebhookSubscription"];
+        /** Delete a webhook subscription. */
+        delete: operations["DeleteWebhookSubscription"];
         options?: never;
         head?: never;
-        patch?: never;
+        /** Update a webhook subscription. */
+        patch: operations["UpdateWebhookSubscription"];
         trace?: never;
     };
-    "/v1/webhookSubscriptions/{name}/deliveries/{name_1}:redeliver": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        /** Sends a delivery again (same event id), whatever its state. */
-        post: operations["WebhookService_RedeliverWebhookDelivery"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/webhookSubscriptions/{name}:rotateSecret": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        /**
-         * A new signing secret; the previous one keeps signing for
-         *     previous_secret_ttl (default 24h).
-         */
-        post: operations["WebhookService_RotateWebhookSecret"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/webhookSubscriptions/{parent}/deliveries": {
+    "/v1/webhookSubscriptions/{webhookSubscription}/deliveries": {
         parameters: {
             query?: never;
             header?: never;
@@ -620,7 +590,7 @@ export interface paths {
             cookie?: never;
         };
         /** The delivery log, newest first. */
-        get: operations["WebhookService_ListWebhookDeliveries"];
+        get: operations["ListWebhookDeliveries"];
         put?: never;
         post?: never;
         delete?: never;
@@ -629,7 +599,7 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
-    "/v1/webhookSubscriptions/{webhook_subscription.name}": {
+    "/v1/webhookSubscriptions/{webhookSubscription}/deliveries/{delivery}:redeliver": {
         parameters: {
             query?: never;
             header?: never;
@@ -638,99 +608,160 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        post?: never;
+        /**
+         * Redeliver a webhook delivery.
+         * @description Sends a delivery again (same event id), whatever its state.
+         */
+        post: operations["RedeliverWebhookDelivery"];
         delete?: never;
         options?: never;
         head?: never;
-        patch: operations["WebhookService_UpdateWebhookSubscription"];
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhookSubscriptions/{webhookSubscription}:rotateSecret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rotate the signing secret.
+         * @description A new signing secret; the previous one keeps signing for
+         *     previousSecretTtl (default 24h).
+         */
+        post: operations["RotateWebhookSecret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
 }
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
-        /** @description The Status type defines a logical error model suitable for different programming environments. */
-        "google.rpc.Status": {
-            /**
-             * Format: int32
-             * @description The status code, which should be an enum value of google.rpc.Code.
-             */
-            code?: number;
-            /** @description A list of messages that carry the error details. */
-            details?: ({
-                "@type"?: string;
-            } & {
-                [key: string]: unknown;
-            })[];
-            /** @description A developer-facing error message. */
-            message?: string;
-        };
         /**
          * @description ApprovalPolicy auto-approves matching requests. Policies are evaluated in
          *     order of create time; the first that matches (and whose request fits)
          *     approves.
          */
-        "gpuplane.v1.ApprovalPolicy": {
+        ApprovalPolicy: {
             /** Format: date-time */
-            createTime?: string;
+            createTime: $Read<string>;
+            /** @description A disabled policy approves nothing. */
             disabled?: boolean;
             displayName?: string;
+            /** @description Send it back on update or delete to make the change conditional. */
+            etag?: string;
+            /**
+             * @description A CEL expression over `request`, `team` and `department`, returning
+             *     bool. Example: request.gpu_delta <= 1.0 && department.name == "research"
+             */
+            expression: string;
+            /** @description approvalPolicies/{approvalPolicy} */
+            name: $Read<string>;
+            /** Format: date-time */
+            updateTime: $Read<string>;
+        };
+        /** @description A ApprovalPolicy as the body of an update (PATCH): every field is optional; the fields present, or the updateMask query parameter, say what changes. */
+        ApprovalPolicyUpdate: {
+            /** Format: date-time */
+            createTime?: $Read<string>;
+            /** @description A disabled policy approves nothing. */
+            disabled?: boolean;
+            displayName?: string;
+            /** @description Send it back on update or delete to make the change conditional. */
             etag?: string;
             /**
              * @description A CEL expression over `request`, `team` and `department`, returning
              *     bool. Example: request.gpu_delta <= 1.0 && department.name == "research"
              */
             expression?: string;
-            name?: string;
+            /** @description approvalPolicies/{approvalPolicy} */
+            name?: $Read<string>;
             /** Format: date-time */
-            updateTime?: string;
+            updateTime?: $Read<string>;
+        };
+        /** @description The body of ApproveRequest: the request's fields that are not in the path. */
+        ApproveRequestBody: {
+            /** @description When set, must match the request's current etag. */
+            etag?: string;
+            /** @description Why; recorded as the decision reason. */
+            reason?: string;
         };
         /**
          * @description AuditEvent records one change, written in the same transaction as the
          *     change itself.
          */
-        "gpuplane.v1.AuditEvent": {
+        AuditEvent: {
             /** @description e.g. "CreateTeam", "ApproveRequest", "RepairDrift". */
-            action?: string;
+            action: string;
             /** @description Subject of the caller; "system:<component>" for the platform itself. */
-            actor?: string;
-            actorGroups?: string[];
+            actor: string;
+            actorGroups: string[];
+            /**
+             * @description The resource after the change, as the API renders it (JSON field
+             *     names); absent for a delete.
+             */
             after?: Record<string, never>;
+            /**
+             * @description The resource before the change, as the API renders it (JSON field
+             *     names); absent for a create.
+             */
             before?: Record<string, never>;
             /** @description The server-assigned id of the API call (x-request-id). */
-            correlationId?: string;
-            /** @description Scope used for authorization of reads. */
-            department?: string;
-            name?: string;
+            correlationId: string;
+            /** @description departments/{department} of the resource: who may read the event. */
+            department: string;
+            /** @description auditEvents/{audit_event} */
+            name: string;
             /** @description The caller's idempotency key, when it sent one. */
-            requestId?: string;
+            requestId: string;
             /** @description The resource changed, e.g. "teams/team-a". */
-            resource?: string;
+            resource: string;
             /**
              * @description The incarnation (uid) of the resource changed, when it is a
              *     department, team or virtual cluster: events of a namesake deleted
              *     earlier carry another uid.
              */
-            resourceUid?: string;
-            team?: string;
+            resourceUid: string;
+            /** @description teams/{team} of the resource, when it belongs to a team. */
+            team: string;
             /** Format: date-time */
-            time?: string;
+            time: string;
         };
-        "gpuplane.v1.ChangeTeamQuotaPayload": {
+        /** @description The body of CancelRequest: the request's fields that are not in the path. */
+        CancelRequestBody: {
+            /** @description When set, must match the request's current etag. */
+            etag?: string;
+        };
+        /** @description ChangeTeamQuotaPayload asks for a new team quota. */
+        ChangeTeamQuotaPayload: {
+            /**
+             * @description Shrinking below what the team's virtual clusters hold is refused
+             *     unless this is set.
+             */
             acceptPreemption?: boolean;
-            quota?: components["schemas"]["gpuplane.v1.Quota"];
+            /** @description The new guaranteed quota of the team (all three resources). */
+            quota: components["schemas"]["Quota"];
         };
-        "gpuplane.v1.ChangeVirtualClusterQuotaPayload": {
+        /** @description ChangeVirtualClusterQuotaPayload resizes a virtual cluster. */
+        ChangeVirtualClusterQuotaPayload: {
             /**
              * @description Shrinking below what is allocated right now is refused unless this is
              *     set; running workloads may then be preempted.
              */
             acceptPreemption?: boolean;
             /** @description Replaces the limit; unset removes it. */
-            limit?: components["schemas"]["gpuplane.v1.Quota"];
-            quota?: components["schemas"]["gpuplane.v1.Quota"];
-            /** @description teams/{team}/virtualClusters/{vc} */
-            virtualCluster?: string;
+            limit?: components["schemas"]["Quota"];
+            /** @description The new guaranteed quota (all three resources). */
+            quota: components["schemas"]["Quota"];
+            /** @description teams/{team}/virtualClusters/{virtualCluster} */
+            virtualCluster: string;
         };
         /**
          * @description Existing virtual clusters keep their vCluster chart and Kubernetes
@@ -738,7 +769,7 @@ export interface components {
          *     quota change: the worker upgrades the Helm release (the control plane
          *     restarts once) and marks the request APPLIED when the host reflects it.
          */
-        "gpuplane.v1.ChangeVirtualClusterVersionPayload": {
+        ChangeVirtualClusterVersionPayload: {
             /**
              * @description A chart version the platform offers, not older than the current one
              *     (vCluster does not support downgrades). Empty keeps the current chart.
@@ -752,47 +783,73 @@ export interface components {
              *     lowest the chart offers above it. Stored resolved.
              */
             kubernetesVersion?: string;
-            /** @description teams/{team}/virtualClusters/{vc} */
-            virtualCluster?: string;
+            /** @description teams/{team}/virtualClusters/{virtualCluster} */
+            virtualCluster: string;
         };
-        "gpuplane.v1.Condition": {
-            /** Format: date-time */
+        /** @description The body of CheckFit: the request's fields that are not in the path. */
+        CheckFitBody: {
+            /** @description requests/{request}; or leave empty and set request. */
+            name?: string;
+            /** @description A request not created yet; only its team and payload count. */
+            request?: components["schemas"]["Request"];
+        };
+        /** @description The body of CheckRequestFit: the request's fields that are not in the path. */
+        CheckRequestFitBody: {
+            /** @description A request not created yet; only its team and payload count. */
+            request?: components["schemas"]["Request"];
+        };
+        /** @description Condition is the state of one step of provisioning. */
+        Condition: {
+            /**
+             * Format: date-time
+             * @description When status last changed; absent until it first does.
+             */
             lastTransitionTime?: string;
             message?: string;
             /** Format: int64 */
             observedGeneration?: string;
             reason?: string;
-            status?: components["schemas"]["gpuplane.v1.Condition.Status"];
+            status?: components["schemas"]["ConditionStatus"];
             /**
              * @description e.g. NamespaceReady, QueuesReady, GuardrailsReady, ReleaseDeployed,
              *     ControlPlaneReady, KubeconfigReady.
              */
             type?: string;
         };
-        /** @enum {string} */
-        "gpuplane.v1.Condition.Status": "STATUS_UNSPECIFIED" | "TRUE" | "FALSE" | "UNKNOWN";
-        "gpuplane.v1.CreateVirtualClusterPayload": {
-            spec?: components["schemas"]["gpuplane.v1.VirtualClusterSpec"];
-            /** @description Output: teams/{team}/virtualClusters/{id} once the request is stored. */
-            virtualCluster?: string;
-            /** @description DNS-1123 label, unique platform-wide. */
-            virtualClusterId?: string;
+        /**
+         * @description Whether the step is done.
+         * @enum {string}
+         */
+        ConditionStatus: "STATUS_UNSPECIFIED" | "TRUE" | "FALSE" | "UNKNOWN";
+        /** @description CreateVirtualClusterPayload asks for a new virtual cluster. */
+        CreateVirtualClusterPayload: {
+            spec: components["schemas"]["VirtualClusterSpec"];
+            /** @description teams/{team}/virtualClusters/{virtualClusterId}, set by the server. */
+            virtualCluster: $Read<string>;
+            /** @description DNS-1123 label, unique platform-wide, at most 60 characters. */
+            virtualClusterId: string;
         };
-        "gpuplane.v1.DeleteVirtualClusterPayload": {
-            virtualCluster?: string;
+        /** @description DeleteVirtualClusterPayload asks to delete a virtual cluster. */
+        DeleteVirtualClusterPayload: {
+            /** @description teams/{team}/virtualClusters/{virtualCluster} */
+            virtualCluster: string;
         };
         /** @description Department is the top of the quota hierarchy; it becomes a KAI parent queue. */
-        "gpuplane.v1.Department": {
+        Department: {
             /** @description OIDC groups whose members administer this department. */
             adminGroups?: string[];
             /** Format: date-time */
-            createTime?: string;
+            createTime: $Read<string>;
             displayName?: string;
+            /**
+             * @description Changes on every update; send it back on update or delete to make the
+             *     change conditional (a stale etag gets ABORTED / HTTP 409).
+             */
             etag?: string;
             /** @description departments/{department}; the id is a DNS-1123 label. */
-            name?: string;
+            name: $Read<string>;
             /** @description The most the department's teams may be granted in total. */
-            quotaBudget?: components["schemas"]["gpuplane.v1.Quota"];
+            quotaBudget?: components["schemas"]["Quota"];
             /**
              * @description Separation of duties: the requester of a request of this department
              *     may not approve or reject it (platform admins may, audited as
@@ -810,19 +867,24 @@ export interface components {
              * @description This incarnation of the department: a department created later with
              *     the same id has another uid (and none of this one's audit history).
              */
-            uid?: string;
+            uid: $Read<string>;
             /** Format: date-time */
-            updateTime?: string;
+            updateTime: $Read<string>;
         };
         /** @description FitResult is the "will it fit" answer. */
-        "gpuplane.v1.FitResult": {
-            fits?: boolean;
+        FitResult: {
+            /** @description Whether the request fits every level of the hierarchy now. */
+            fits: boolean;
             /**
-             * @description hostClusters/{host_cluster} a new virtual cluster would be placed on
+             * @description hostClusters/{hostCluster} a new virtual cluster would be placed on
              *     now, or the one the virtual cluster runs on.
              */
-            hostCluster?: string;
-            shortfalls?: components["schemas"]["gpuplane.v1.Shortfall"][];
+            hostCluster: string;
+            /**
+             * @description Why not: one entry per level and resource that is short; empty when
+             *     it fits.
+             */
+            shortfalls: components["schemas"]["Shortfall"][];
         };
         /**
          * @description HostCluster is a Kubernetes cluster with GPUs that hosts virtual
@@ -831,22 +893,24 @@ export interface components {
          *     probes each one and reports what it saw in status. An install that
          *     predates many host clusters has one, "default": the cluster gpuplane
          *     runs in (or its --kubeconfig).
+         *
+         *     Exactly one of `inCluster`, `kubeconfigSecret` is set (a oneof).
          */
-        "gpuplane.v1.HostCluster": {
+        HostCluster: {
             /**
              * @description A cordoned host cluster keeps its virtual clusters but gets no new
              *     ones.
              */
             cordoned?: boolean;
             /** Format: date-time */
-            createTime?: string;
+            createTime: $Read<string>;
             displayName?: string;
             etag?: string;
             /**
              * @description The cluster gpuplane runs in (or the one its --kubeconfig names). At
              *     most one host cluster is reached this way.
              */
-            inCluster?: components["schemas"]["gpuplane.v1.InCluster"];
+            inCluster?: components["schemas"]["InCluster"];
             /**
              * @description A kubeconfig in a Secret of gpuplane's own namespace
              *     (--host-cluster-secret-namespace) on the cluster gpuplane runs in.
@@ -855,7 +919,7 @@ export interface components {
              *     the Secret's content makes the worker build a new client. Shown to
              *     platform admins only.
              */
-            kubeconfigSecret?: components["schemas"]["gpuplane.v1.SecretReference"];
+            kubeconfigSecret?: components["schemas"]["SecretReference"];
             /**
              * @description Labels placement may ask for, e.g. region=eu, gpu-model=h100. Keys are
              *     label keys in lowercase (letters, digits, '-', '.', an optional
@@ -864,22 +928,18 @@ export interface components {
             labels?: {
                 [key: string]: string;
             };
-            /** @description hostClusters/{host_cluster}; the id is a DNS-1123 label. */
+            /** @description hostClusters/{hostCluster}; the id is a DNS-1123 label. */
             name?: string;
-            status?: components["schemas"]["gpuplane.v1.HostClusterStatus"];
+            status: $Read<components["schemas"]["HostClusterStatus"]>;
             /** @description The isolation tiers whose virtual clusters it takes. Required. */
-            tiers?: components["schemas"]["gpuplane.v1.IsolationTier"][];
+            tiers?: components["schemas"]["IsolationTier"][];
             /** Format: date-time */
-            updateTime?: string;
-        } & (Record<string, never> | {
-            inCluster: components["schemas"]["gpuplane.v1.InCluster"];
-        } | {
-            kubeconfigSecret: components["schemas"]["gpuplane.v1.SecretReference"];
-        });
+            updateTime: $Read<string>;
+        };
         /** @description HostClusterStatus is what the worker last observed. */
-        "gpuplane.v1.HostClusterStatus": {
+        HostClusterStatus: {
             /** @description Reachable, KAIInstalled, CapacityObserved. */
-            conditions?: components["schemas"]["gpuplane.v1.Condition"][];
+            conditions?: components["schemas"]["Condition"][];
             /**
              * @description KAI Scheduler's version: the image tag of its operator Deployment
              *     (label app=kai-operator); empty when KAI was installed another way.
@@ -895,7 +955,7 @@ export interface components {
              *     are in "shared") with what their nodes offer and what the virtual
              *     clusters placed here hold of it.
              */
-            nodePools?: components["schemas"]["gpuplane.v1.NodePoolStatus"][];
+            nodePools?: components["schemas"]["NodePoolStatus"][];
             /** Format: date-time */
             observeTime?: string;
             /**
@@ -915,83 +975,107 @@ export interface components {
             virtualClusters?: number;
         };
         /** @description InCluster selects the cluster gpuplane runs in. */
-        "gpuplane.v1.InCluster": Record<string, never>;
+        InCluster: Record<string, never>;
         /**
          * @description IsolationTier decides whether a team's workloads may share GPUs with
          *     other tenants.
          * @enum {string}
          */
-        "gpuplane.v1.IsolationTier": "ISOLATION_TIER_UNSPECIFIED" | "SHARED" | "DEDICATED" | "SANDBOX";
-        "gpuplane.v1.ListApprovalPoliciesResponse": {
-            approvalPolicies?: components["schemas"]["gpuplane.v1.ApprovalPolicy"][];
-            nextPageToken?: string;
+        IsolationTier: "ISOLATION_TIER_UNSPECIFIED" | "SHARED" | "DEDICATED" | "SANDBOX";
+        ListApprovalPoliciesPage: {
+            approvalPolicies: components["schemas"]["ApprovalPolicy"][];
+            /** @description Empty on the last page. */
+            nextPageToken: string;
         };
-        "gpuplane.v1.ListAuditEventsResponse": {
+        ListAuditEventsPage: {
             /** @description Newest first. */
-            auditEvents?: components["schemas"]["gpuplane.v1.AuditEvent"][];
-            nextPageToken?: string;
+            auditEvents: components["schemas"]["AuditEvent"][];
+            /** @description Empty on the last page. */
+            nextPageToken: string;
         };
-        "gpuplane.v1.ListDepartmentsResponse": {
-            departments?: components["schemas"]["gpuplane.v1.Department"][];
-            nextPageToken?: string;
+        ListDepartmentsPage: {
+            departments: components["schemas"]["Department"][];
+            /** @description Empty on the last page. */
+            nextPageToken: string;
         };
-        "gpuplane.v1.ListHostClustersResponse": {
-            hostClusters?: components["schemas"]["gpuplane.v1.HostCluster"][];
-            nextPageToken?: string;
+        ListHostClustersPage: {
+            hostClusters: components["schemas"]["HostCluster"][];
+            nextPageToken: string;
         };
-        "gpuplane.v1.ListMembersResponse": {
-            members?: components["schemas"]["gpuplane.v1.Member"][];
-            nextPageToken?: string;
+        ListMembersPage: {
+            members: components["schemas"]["Member"][];
+            /** @description Empty on the last page. */
+            nextPageToken: string;
         };
-        "gpuplane.v1.ListRequestsResponse": {
-            nextPageToken?: string;
+        ListRequestsPage: {
+            /** @description Empty on the last page. */
+            nextPageToken: string;
             /** @description Newest first. */
-            requests?: components["schemas"]["gpuplane.v1.Request"][];
+            requests: components["schemas"]["Request"][];
         };
-        "gpuplane.v1.ListTeamsResponse": {
-            nextPageToken?: string;
-            teams?: components["schemas"]["gpuplane.v1.Team"][];
+        ListTeamsPage: {
+            /** @description Empty on the last page. */
+            nextPageToken: string;
+            teams: components["schemas"]["Team"][];
         };
-        "gpuplane.v1.ListVirtualClustersResponse": {
-            nextPageToken?: string;
-            virtualClusters?: components["schemas"]["gpuplane.v1.VirtualCluster"][];
+        ListVirtualClustersPage: {
+            /** @description Empty on the last page. */
+            nextPageToken: string;
+            virtualClusters: components["schemas"]["VirtualCluster"][];
         };
-        "gpuplane.v1.ListWebhookDeliveriesResponse": {
-            nextPageToken?: string;
+        ListWebhookDeliveriesPage: {
+            nextPageToken: string;
             /** @description Newest first. */
-            webhookDeliveries?: components["schemas"]["gpuplane.v1.WebhookDelivery"][];
+            webhookDeliveries: components["schemas"]["WebhookDelivery"][];
         };
-        "gpuplane.v1.ListWebhookSubscriptionsResponse": {
-            nextPageToken?: string;
-            webhookSubscriptions?: components["schemas"]["gpuplane.v1.WebhookSubscription"][];
+        ListWebhookSubscriptionsPage: {
+            nextPageToken: string;
+            webhookSubscriptions: components["schemas"]["WebhookSubscription"][];
         };
-        /** @description Member binds a user or an OIDC group to a role on a team. */
-        "gpuplane.v1.Member": {
+        /**
+         * @description Member binds a user or an OIDC group to a role on a team.
+         *
+         *     Exactly one of `user`, `group` is set (a oneof).
+         */
+        Member: {
             /** Format: date-time */
-            createTime?: string;
+            createTime: $Read<string>;
+            /** @description Send it back on update or delete to make the change conditional. */
             etag?: string;
             /** @description An OIDC group, matched against the token's groups claim. */
             group?: string;
             /** @description teams/{team}/members/{member} */
-            name?: string;
-            role?: components["schemas"]["gpuplane.v1.TeamRole"];
+            name: $Read<string>;
+            role: components["schemas"]["TeamRole"];
             /** Format: date-time */
-            updateTime?: string;
+            updateTime: $Read<string>;
             /** @description A user, matched against the token's username claim. */
             user?: string;
-        } & (Record<string, never> | {
-            user: string;
-        } | {
-            group: string;
-        });
-        "gpuplane.v1.NodePoolStatus": {
+        };
+        /** @description A Member as the body of an update (PATCH): every field is optional; the fields present, or the updateMask query parameter, say what changes. */
+        MemberUpdate: {
+            /** Format: date-time */
+            createTime?: $Read<string>;
+            /** @description Send it back on update or delete to make the change conditional. */
+            etag?: string;
+            /** @description An OIDC group, matched against the token's groups claim. */
+            group?: string;
+            /** @description teams/{team}/members/{member} */
+            name?: $Read<string>;
+            role?: components["schemas"]["TeamRole"];
+            /** Format: date-time */
+            updateTime?: $Read<string>;
+            /** @description A user, matched against the token's username claim. */
+            user?: string;
+        };
+        NodePoolStatus: {
             /**
              * @description The quotas of the virtual clusters placed in this pool here; with
              *     --overcommit 1 a new one must fit capacity minus this.
              */
-            assigned?: components["schemas"]["gpuplane.v1.Quota"];
+            assigned?: components["schemas"]["Quota"];
             /** @description The nodes' allocatable nvidia.com/gpu, cpu and memory. */
-            capacity?: components["schemas"]["gpuplane.v1.Quota"];
+            capacity?: components["schemas"]["Quota"];
             name?: string;
             /** Format: int32 */
             nodes?: number;
@@ -1004,8 +1088,8 @@ export interface components {
          *     (capacity x overcommit minus the quotas placed there), the one left
          *     with the most free GPUs wins (then CPU, memory, name).
          */
-        "gpuplane.v1.Placement": {
-            /** @description hostClusters/{host_cluster}: run there. */
+        Placement: {
+            /** @description hostClusters/{hostCluster}: run there. */
             hostCluster?: string;
             /**
              * @description Only host clusters carrying every one of these labels, e.g.
@@ -1015,11 +1099,23 @@ export interface components {
                 [key: string]: string;
             };
         };
-        /** @description Quota is an amount of the three resources a KAI queue divides. */
-        "gpuplane.v1.Quota": {
+        /**
+         * @description Quota is an amount of the three resources a KAI queue divides.
+         *
+         *     Responses always carry all three canonical amounts (gpu, cpuMillis,
+         *     memoryBytes), zero included. Requests may give CPU and memory either as
+         *     canonical numbers or as Kubernetes quantity strings in cpu and memory;
+         *     setting both forms of one resource is refused unless they agree.
+         */
+        Quota: {
+            /**
+             * @description CPU as a Kubernetes quantity instead of cpuMillis: cores ("16",
+             *     "2.5") or millicores ("500m"). Input only: responses carry cpuMillis.
+             */
+            cpu?: $Write<string>;
             /**
              * Format: int64
-             * @description CPU in millicores (1000 = one CPU).
+             * @description CPU in millicores (1000 = one CPU), an integer. To give cores, use cpu.
              */
             cpuMillis?: string;
             /**
@@ -1028,113 +1124,158 @@ export interface components {
              */
             gpu?: string;
             /**
+             * @description Memory as a Kubernetes quantity instead of memoryBytes: "64Gi",
+             *     "512Mi", "1G" or plain bytes. Input only: responses carry memoryBytes.
+             */
+            memory?: $Write<string>;
+            /**
              * Format: int64
-             * @description Memory in bytes.
+             * @description Memory in bytes, an integer. To give "64Gi", use memory.
              */
             memoryBytes?: string;
         };
-        /** @description Request is a team's ask for something; an admin or a policy decides. */
-        "gpuplane.v1.Request": {
-            /** @description approvalPolicies/{policy} that auto-approved it, if any. */
-            approvalPolicy?: string;
-            changeTeamQuota?: components["schemas"]["gpuplane.v1.ChangeTeamQuotaPayload"];
-            changeVirtualClusterQuota?: components["schemas"]["gpuplane.v1.ChangeVirtualClusterQuotaPayload"];
-            changeVirtualClusterVersion?: components["schemas"]["gpuplane.v1.ChangeVirtualClusterVersionPayload"];
-            /** Format: date-time */
-            createTime?: string;
-            createVirtualCluster?: components["schemas"]["gpuplane.v1.CreateVirtualClusterPayload"];
-            /** Format: date-time */
-            decideTime?: string;
-            /** @description Subject of the decider, or "policy:<name>" / "system:<component>". */
-            decider?: string;
-            decisionReason?: string;
-            deleteVirtualCluster?: components["schemas"]["gpuplane.v1.DeleteVirtualClusterPayload"];
-            /** @description departments/{department} of the team. */
-            department?: string;
+        /** @description The body of RedeliverWebhookDelivery: the request's fields that are not in the path. */
+        RedeliverWebhookDeliveryBody: Record<string, never>;
+        /** @description The body of RejectRequest: the request's fields that are not in the path. */
+        RejectRequestBody: {
+            /** @description When set, must match the request's current etag. */
             etag?: string;
-            /** @description Why applying failed, when state is FAILED. */
-            failureMessage?: string;
-            justification?: string;
-            kind?: components["schemas"]["gpuplane.v1.Request.Kind"];
-            /** @description requests/{request}; assigned by the server. */
-            name?: string;
-            /** @description Subject of the requester. */
-            requester?: string;
-            sleepVirtualCluster?: components["schemas"]["gpuplane.v1.SleepVirtualClusterPayload"];
-            state?: components["schemas"]["gpuplane.v1.Request.State"];
-            /** @description teams/{team} the request is for. */
-            team?: string;
+            /** @description Why; recorded as the decision reason. */
+            reason?: string;
+        };
+        /**
+         * @description Request is a team's ask for something; an admin or a policy decides.
+         *
+         *     Exactly one of `createVirtualCluster`, `changeVirtualClusterQuota`, `changeTeamQuota`, `deleteVirtualCluster`, `changeVirtualClusterVersion`, `sleepVirtualCluster`, `wakeVirtualCluster` is set (a oneof).
+         */
+        Request: {
+            /** @description approvalPolicies/{policy} that auto-approved it, if any. */
+            approvalPolicy: $Read<string>;
+            changeTeamQuota?: components["schemas"]["ChangeTeamQuotaPayload"];
+            changeVirtualClusterQuota?: components["schemas"]["ChangeVirtualClusterQuotaPayload"];
+            changeVirtualClusterVersion?: components["schemas"]["ChangeVirtualClusterVersionPayload"];
             /** Format: date-time */
-            updateTime?: string;
-            wakeVirtualCluster?: components["schemas"]["gpuplane.v1.WakeVirtualClusterPayload"];
-        } & (Record<string, never> | {
-            createVirtualCluster: components["schemas"]["gpuplane.v1.CreateVirtualClusterPayload"];
-        } | {
-            changeVirtualClusterQuota: components["schemas"]["gpuplane.v1.ChangeVirtualClusterQuotaPayload"];
-        } | {
-            changeTeamQuota: components["schemas"]["gpuplane.v1.ChangeTeamQuotaPayload"];
-        } | {
-            deleteVirtualCluster: components["schemas"]["gpuplane.v1.DeleteVirtualClusterPayload"];
-        } | {
-            changeVirtualClusterVersion: components["schemas"]["gpuplane.v1.ChangeVirtualClusterVersionPayload"];
-        } | {
-            sleepVirtualCluster: components["schemas"]["gpuplane.v1.SleepVirtualClusterPayload"];
-        } | {
-            wakeVirtualCluster: components["schemas"]["gpuplane.v1.WakeVirtualClusterPayload"];
-        });
-        /** @enum {string} */
-        "gpuplane.v1.Request.Kind": "KIND_UNSPECIFIED" | "CREATE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_QUOTA" | "CHANGE_TEAM_QUOTA" | "DELETE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_VERSION" | "SLEEP_VIRTUAL_CLUSTER" | "WAKE_VIRTUAL_CLUSTER";
-        /** @enum {string} */
-        "gpuplane.v1.Request.State": "STATE_UNSPECIFIED" | "PENDING" | "APPROVED" | "REJECTED" | "CANCELLED" | "APPLIED" | "FAILED";
-        "gpuplane.v1.RequestEvent": {
-            actor?: string;
+            createTime: $Read<string>;
+            createVirtualCluster?: components["schemas"]["CreateVirtualClusterPayload"];
+            /**
+             * Format: date-time
+             * @description When the request was decided; absent while PENDING.
+             */
+            decideTime?: $Read<string>;
+            /** @description Subject of the decider, or "policy:<name>" / "system:<component>". */
+            decider: $Read<string>;
+            decisionReason: $Read<string>;
+            deleteVirtualCluster?: components["schemas"]["DeleteVirtualClusterPayload"];
+            /** @description departments/{department} of the team. */
+            department: $Read<string>;
+            etag: $Read<string>;
+            /** @description Why applying failed, when state is FAILED. */
+            failureMessage: $Read<string>;
+            /** @description Why the team asks; shown to the deciders. */
+            justification?: string;
+            kind: $Read<components["schemas"]["RequestKind"]>;
+            /** @description requests/{request}; assigned by the server. */
+            name: $Read<string>;
+            /** @description Subject of the requester. */
+            requester: $Read<string>;
+            sleepVirtualCluster?: components["schemas"]["SleepVirtualClusterPayload"];
+            state: $Read<components["schemas"]["RequestState"]>;
+            /** @description teams/{team} the request is for. */
+            team: string;
+            /** Format: date-time */
+            updateTime: $Read<string>;
+            wakeVirtualCluster?: components["schemas"]["WakeVirtualClusterPayload"];
+        };
+        RequestEvent: {
+            actor: string;
             /** @description CHANGED: the event's id (auditEvents/{id}; the webhook event id). */
-            id?: string;
-            kind?: components["schemas"]["gpuplane.v1.WatchEventKind"];
+            id: string;
+            kind: components["schemas"]["WatchEventKind"];
             /**
              * Format: int64
              * @description Where to resume after this message (unset for EXISTING).
              */
-            position?: string;
+            position: string;
             /** @description EXISTING and CHANGED: the request after the change. */
-            request?: components["schemas"]["gpuplane.v1.Request"];
+            request: components["schemas"]["Request"];
             /** Format: date-time */
-            time?: string;
+            time: string;
             /** @description CHANGED: the event type, e.g. "request.approved". */
-            type?: string;
+            type: string;
+        };
+        /**
+         * @description What a request asks for; set by the server from the payload.
+         * @enum {string}
+         */
+        RequestKind: "KIND_UNSPECIFIED" | "CREATE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_QUOTA" | "CHANGE_TEAM_QUOTA" | "DELETE_VIRTUAL_CLUSTER" | "CHANGE_VIRTUAL_CLUSTER_VERSION" | "SLEEP_VIRTUAL_CLUSTER" | "WAKE_VIRTUAL_CLUSTER";
+        /**
+         * @description Where a request is in its life.
+         * @enum {string}
+         */
+        RequestState: "STATE_UNSPECIFIED" | "PENDING" | "APPROVED" | "REJECTED" | "CANCELLED" | "APPLIED" | "FAILED";
+        /** @description The body of RotateWebhookSecret: the request's fields that are not in the path. */
+        RotateWebhookSecretBody: {
+            etag?: string;
+            /**
+             * @description How long the current secret keeps signing too (0 or unset: 24h; at
+             *     most 7 days).
+             */
+            previousSecretTtl?: string;
         };
         /** @description SecretReference names a key of a Secret in gpuplane's own namespace. */
-        "gpuplane.v1.SecretReference": {
+        SecretReference: {
             /** @description Default "kubeconfig". */
             key?: string;
-            name?: string;
+            name: string;
         };
-        "gpuplane.v1.Shortfall": {
-            capacity?: string;
-            free?: string;
+        /** @description Shortfall is one level and resource a request does not fit. */
+        Shortfall: {
+            capacity: string;
+            free: string;
             /**
-             * @description "cluster", "department", "pool", "team", "host_cluster" (a node
+             * @description "cluster", "department", "pool", "team", "hostCluster" (a node
              *     pool of one host cluster) or "allocation".
              */
-            level?: string;
-            message?: string;
+            level: string;
+            message: string;
             /** @description The resource name at that level, e.g. "departments/research". */
-            name?: string;
+            name: string;
             /** @description Human-readable amounts ("2 GPU", "16 CPU", "64Gi"). */
-            requested?: string;
+            requested: string;
             /** @description "gpu", "cpu" or "memory". */
-            resource?: string;
+            resource: string;
+        };
+        /** @description The body of SleepVirtualCluster: the request's fields that are not in the path. */
+        SleepVirtualClusterBody: {
+            /** @description When set, must match (ABORTED otherwise). */
+            etag?: string;
         };
         /** @description Approved, it puts the virtual cluster to sleep like :sleep does. */
-        "gpuplane.v1.SleepVirtualClusterPayload": {
+        SleepVirtualClusterPayload: {
             /** @description teams/{team}/virtualClusters/{vc} */
-            virtualCluster?: string;
+            virtualCluster: string;
+        };
+        /** @description An error: google.rpc.Status, the same body for every failed call. details always holds a google.rpc.ErrorInfo (domain gpuplane.dev, a stable reason such as QUOTA_EXCEEDED); bad input adds a google.rpc.BadRequest with field violations, retryable errors a google.rpc.RetryInfo. */
+        Status: {
+            /**
+             * Format: int32
+             * @description The google.rpc.Code (3 INVALID_ARGUMENT, 5 NOT_FOUND, ...).
+             */
+            code: number;
+            /** @description Typed details, each naming its type in @type. */
+            details: ({
+                "@type": string;
+            } & {
+                [key: string]: unknown;
+            })[];
+            /** @description What went wrong, for people. */
+            message: string;
         };
         /**
          * @description Team belongs to one department; it becomes a KAI parent queue whose
          *     children are the team's virtual clusters.
          */
-        "gpuplane.v1.Team": {
+        Team: {
             /**
              * @description Auto-sleep: a virtual cluster of the team that has been idle this
              *     long is put to sleep (audited as system:auto-sleep). Idle means no GPU
@@ -1144,19 +1285,21 @@ export interface components {
              */
             autoSleepAfter?: string;
             /** Format: date-time */
-            createTime?: string;
-            /** @description departments/{department} */
-            department?: string;
+            createTime: $Read<string>;
+            /** @description departments/{department}; a team never moves to another department. */
+            department: string;
             displayName?: string;
+            /** @description Send it back on update or delete to make the change conditional. */
             etag?: string;
-            isolationTier?: components["schemas"]["gpuplane.v1.IsolationTier"];
+            /** @description SHARED when not given on create. */
+            isolationTier?: components["schemas"]["IsolationTier"];
             /** @description teams/{team}; the id is a DNS-1123 label, unique platform-wide. */
-            name?: string;
+            name: $Read<string>;
             /**
              * @description The node pool the team's virtual clusters run on: nodes labelled
-             *     gpuplane.io/pool=<node_pool>. SHARED teams share the pool "shared"
+             *     gpuplane.io/pool=<nodePool>. SHARED teams share the pool "shared"
              *     (nodes without the label belong to it too). A DEDICATED team has a pool
-             *     of its own, fenced by the taint gpuplane.io/pool=<node_pool>:NoSchedule,
+             *     of its own, fenced by the taint gpuplane.io/pool=<nodePool>:NoSchedule,
              *     "dedicated-<team>" unless a platform admin names another; no two
              *     DEDICATED teams share one. The team's quota must fit the pool's nodes.
              *     Empty on create or update: the default for the tier.
@@ -1166,115 +1309,169 @@ export interface components {
              * @description Guaranteed resources of the team; the sum of its virtual clusters'
              *     quotas never exceeds it.
              */
-            quota?: components["schemas"]["gpuplane.v1.Quota"];
+            quota?: components["schemas"]["Quota"];
             /**
              * @description This incarnation of the team: a team created later with the same id
              *     has another uid, and its members do not see this one's history.
              */
-            uid?: string;
+            uid: $Read<string>;
             /** Format: date-time */
-            updateTime?: string;
+            updateTime: $Read<string>;
         };
         /**
          * @description TeamRole is a member's role on a team.
          * @enum {string}
          */
-        "gpuplane.v1.TeamRole": "TEAM_ROLE_UNSPECIFIED" | "OWNER" | "MEMBER" | "VIEWER";
-        "gpuplane.v1.TeamRoleBinding": {
-            role?: components["schemas"]["gpuplane.v1.TeamRole"];
+        TeamRole: "TEAM_ROLE_UNSPECIFIED" | "OWNER" | "MEMBER" | "VIEWER";
+        /** @description TeamRoleBinding is the caller's role on one team. */
+        TeamRoleBinding: {
+            role: components["schemas"]["TeamRole"];
             /** @description teams/{team} */
-            team?: string;
+            team: string;
             /** @description The member entries that grant the role (a user and several groups may). */
-            viaMembers?: string[];
+            viaMembers: string[];
         };
-        "gpuplane.v1.User": {
+        /** @description A Team as the body of an update (PATCH): every field is optional; the fields present, or the updateMask query parameter, say what changes. */
+        TeamUpdate: {
+            /**
+             * @description Auto-sleep: a virtual cluster of the team that has been idle this
+             *     long is put to sleep (audited as system:auto-sleep). Idle means no GPU
+             *     allocated in its KAI leaf queue and no API activity about it (a
+             *     kubeconfig handed out, a wake, a change) for that long. Unset or 0:
+             *     never; otherwise between 10 minutes and 30 days.
+             */
+            autoSleepAfter?: string;
+            /** Format: date-time */
+            createTime?: $Read<string>;
+            /** @description departments/{department}; a team never moves to another department. */
+            department?: string;
+            displayName?: string;
+            /** @description Send it back on update or delete to make the change conditional. */
+            etag?: string;
+            /** @description SHARED when not given on create. */
+            isolationTier?: components["schemas"]["IsolationTier"];
+            /** @description teams/{team}; the id is a DNS-1123 label, unique platform-wide. */
+            name?: $Read<string>;
+            /**
+             * @description The node pool the team's virtual clusters run on: nodes labelled
+             *     gpuplane.io/pool=<nodePool>. SHARED teams share the pool "shared"
+             *     (nodes without the label belong to it too). A DEDICATED team has a pool
+             *     of its own, fenced by the taint gpuplane.io/pool=<nodePool>:NoSchedule,
+             *     "dedicated-<team>" unless a platform admin names another; no two
+             *     DEDICATED teams share one. The team's quota must fit the pool's nodes.
+             *     Empty on create or update: the default for the tier.
+             */
+            nodePool?: string;
+            /**
+             * @description Guaranteed resources of the team; the sum of its virtual clusters'
+             *     quotas never exceeds it.
+             */
+            quota?: components["schemas"]["Quota"];
+            /**
+             * @description This incarnation of the team: a team created later with the same id
+             *     has another uid, and its members do not see this one's history.
+             */
+            uid?: $Read<string>;
+            /** Format: date-time */
+            updateTime?: $Read<string>;
+        };
+        /** @description User is the caller as the server sees its token. */
+        User: {
             /** @description departments/{department} the caller administers. */
-            adminOfDepartments?: string[];
-            email?: string;
-            groups?: string[];
-            platformAdmin?: boolean;
+            adminOfDepartments: string[];
+            email: string;
+            groups: string[];
+            platformAdmin: boolean;
             /** @description The token's subject. */
-            subject?: string;
-            teamRoles?: components["schemas"]["gpuplane.v1.TeamRoleBinding"][];
+            subject: string;
+            teamRoles: components["schemas"]["TeamRoleBinding"][];
             /** @description The token's username claim (what Member.user matches). */
-            username?: string;
+            username: string;
         };
         /**
          * @description VirtualCluster is a team's vCluster on the shared host cluster and its
          *     KAI leaf queue. It is created, resized and deleted through Requests.
          */
-        "gpuplane.v1.VirtualCluster": {
+        VirtualCluster: {
             /** Format: date-time */
-            createTime?: string;
-            etag?: string;
+            createTime: string;
+            etag: string;
             /**
              * Format: int64
              * @description Incremented on every change of spec.
              */
-            generation?: string;
+            generation: string;
             /**
-             * @description teams/{team}/virtualClusters/{virtual_cluster}; the id is a DNS-1123
+             * @description teams/{team}/virtualClusters/{virtualCluster}; the id is a DNS-1123
              *     label unique platform-wide (it names the KAI leaf queue).
              */
-            name?: string;
-            spec?: components["schemas"]["gpuplane.v1.VirtualClusterSpec"];
-            status?: components["schemas"]["gpuplane.v1.VirtualClusterStatus"];
+            name: string;
+            /** @description What was approved; requests change it. */
+            spec: components["schemas"]["VirtualClusterSpec"];
+            /** @description What the host cluster shows. */
+            status: components["schemas"]["VirtualClusterStatus"];
             /**
              * @description This incarnation: once a virtual cluster is DELETED or REJECTED its
              *     name may be taken again (by any team), by a virtual cluster with
              *     another uid; the old one stays in its team's history.
              */
-            uid?: string;
+            uid: string;
             /** Format: date-time */
-            updateTime?: string;
+            updateTime: string;
         };
-        "gpuplane.v1.VirtualClusterEvent": {
-            actor?: string;
+        VirtualClusterEvent: {
+            actor: string;
             /**
              * @description CHANGED: the event's id; the audit event auditEvents/{id} records the
              *     same change, and webhooks deliver it under this id.
              */
-            id?: string;
-            kind?: components["schemas"]["gpuplane.v1.WatchEventKind"];
+            id: string;
+            kind: components["schemas"]["WatchEventKind"];
             /**
              * Format: int64
              * @description Where to resume after this message (unset for EXISTING).
              */
-            position?: string;
+            position: string;
             /**
              * Format: date-time
              * @description CHANGED: when the change was made, and by whom (a subject, or
              *     "system:<component>").
              */
-            time?: string;
+            time: string;
             /**
              * @description CHANGED: the event type, e.g. "virtualcluster.phase_changed"
              *     (docs/events.md lists them).
              */
-            type?: string;
+            type: string;
             /**
              * @description EXISTING and CHANGED: the virtual cluster after the change (its last
              *     state when it was deleted).
              */
-            virtualCluster?: components["schemas"]["gpuplane.v1.VirtualCluster"];
+            virtualCluster: components["schemas"]["VirtualCluster"];
         };
-        "gpuplane.v1.VirtualClusterKubeconfig": {
-            breakGlass?: boolean;
+        /** @description VirtualClusterKubeconfig is a kubeconfig for one caller. */
+        VirtualClusterKubeconfig: {
+            breakGlass: boolean;
             /**
              * Format: byte
              * @description PEM CA bundle of the virtual cluster API server.
              */
-            certificateAuthorityData?: string;
+            certificateAuthorityData: string;
             /** @description The context name inside the kubeconfig. */
-            context?: string;
+            context: string;
             /** @description A complete kubeconfig document (YAML). */
-            kubeconfig?: string;
+            kubeconfig: string;
             /** @description The virtual cluster API server address. */
-            server?: string;
+            server: string;
         };
-        "gpuplane.v1.VirtualClusterSpec": {
+        /** @description VirtualClusterSpec is what a virtual cluster was granted. */
+        VirtualClusterSpec: {
             /** @description Allow gpu-fraction / gpu-memory pods. Only in the SHARED tier. */
             allowFractionalGpus?: boolean;
+            /**
+             * @description The vCluster chart version, one the platform offers. Empty on create:
+             *     the server's default. Stored resolved.
+             */
             chartVersion?: string;
             displayName?: string;
             /**
@@ -1282,13 +1479,16 @@ export interface components {
              * @description When set, a delete request is created automatically once it passes.
              */
             expireTime?: string;
-            /** @description Defaults from server configuration. */
+            /**
+             * @description The virtual Kubernetes version: "1.N" or an exact version the chart
+             *     offers. Empty on create: the chart's default. Stored resolved.
+             */
             kubernetesVersion?: string;
             /**
              * @description Optional hard cap (KAI queue limit). Unset: no cap beyond quota plus
              *     the over-quota share.
              */
-            limit?: components["schemas"]["gpuplane.v1.Quota"];
+            limit?: components["schemas"]["Quota"];
             /**
              * Format: int32
              * @description Share of spare capacity relative to siblings; default 1.
@@ -1298,14 +1498,14 @@ export interface components {
              * @description Where to run it; unset, the platform chooses (see Placement). Set only
              *     on create.
              */
-            placement?: components["schemas"]["gpuplane.v1.Placement"];
+            placement?: components["schemas"]["Placement"];
             /**
              * Format: int32
              * @description KAI queue priority; default 100.
              */
             priority?: number;
-            /** @description Guaranteed resources (KAI queue quota). */
-            quota?: components["schemas"]["gpuplane.v1.Quota"];
+            /** @description Guaranteed resources (KAI queue quota); at least one resource non-zero. */
+            quota: components["schemas"]["Quota"];
             /**
              * @description Whether it should be asleep: set by :sleep (or an approved
              *     SLEEP_VIRTUAL_CLUSTER request, or auto-sleep), cleared by :wake.
@@ -1314,79 +1514,89 @@ export interface components {
              *     nothing (KAI limit 0); phase SLEEPING once the host shows it. Ignored
              *     on create.
              */
-            sleep?: boolean;
+            sleep: $Read<boolean>;
         };
-        "gpuplane.v1.VirtualClusterStatus": {
+        /** @description VirtualClusterStatus is what the host cluster shows of a virtual cluster. */
+        VirtualClusterStatus: {
             /** @description Resources KAI reports as allocated to the leaf queue. */
-            allocated?: components["schemas"]["gpuplane.v1.Quota"];
-            conditions?: components["schemas"]["gpuplane.v1.Condition"][];
+            allocated: components["schemas"]["Quota"];
+            /** @description One per step of provisioning, in order. */
+            conditions: components["schemas"]["Condition"][];
             /** @description The virtual cluster's API server address, once known. */
-            endpoint?: string;
+            endpoint: string;
             /**
-             * @description hostClusters/{host_cluster} it runs on, chosen when its create
+             * @description hostClusters/{hostCluster} it runs on, chosen when its create
              *     request was approved.
              */
-            hostCluster?: string;
+            hostCluster: string;
             /** @description Why the phase is what it is (errors, degraded reasons). */
-            message?: string;
+            message: string;
             /**
              * Format: int64
              * @description The generation the host cluster last converged to.
              */
-            observedGeneration?: string;
-            phase?: components["schemas"]["gpuplane.v1.VirtualClusterStatus.Phase"];
+            observedGeneration: string;
+            phase: components["schemas"]["VirtualClusterStatusPhase"];
         };
-        /** @enum {string} */
-        "gpuplane.v1.VirtualClusterStatus.Phase": "PHASE_UNSPECIFIED" | "PENDING_APPROVAL" | "PROVISIONING" | "READY" | "DEGRADED" | "DELETING" | "DELETED" | "FAILED" | "REJECTED" | "SLEEPING";
+        /**
+         * @description Where a virtual cluster is in its life.
+         * @enum {string}
+         */
+        VirtualClusterStatusPhase: "PHASE_UNSPECIFIED" | "PENDING_APPROVAL" | "PROVISIONING" | "READY" | "DEGRADED" | "DELETING" | "DELETED" | "FAILED" | "REJECTED" | "SLEEPING";
+        /** @description The body of WakeVirtualCluster: the request's fields that are not in the path. */
+        WakeVirtualClusterBody: {
+            /** @description When set, must match (ABORTED otherwise). */
+            etag?: string;
+        };
         /** @description Approved, it wakes the virtual cluster like :wake does. */
-        "gpuplane.v1.WakeVirtualClusterPayload": {
+        WakeVirtualClusterPayload: {
             /** @description teams/{team}/virtualClusters/{vc} */
-            virtualCluster?: string;
+            virtualCluster: string;
         };
         /**
          * @description WatchEventKind says what a watch message carries.
          * @enum {string}
          */
-        "gpuplane.v1.WatchEventKind": "WATCH_EVENT_KIND_UNSPECIFIED" | "EXISTING" | "SYNCED" | "CHANGED" | "HEARTBEAT";
+        WatchEventKind: "WATCH_EVENT_KIND_UNSPECIFIED" | "EXISTING" | "SYNCED" | "CHANGED" | "HEARTBEAT";
         /**
          * @description WebhookDelivery is one event sent (or to be sent) to one subscription:
          *     the delivery log.
          */
-        "gpuplane.v1.WebhookDelivery": {
+        WebhookDelivery: {
             /** Format: int32 */
-            attempts?: number;
+            attempts: number;
             /** Format: date-time */
-            completeTime?: string;
+            completeTime: string;
             /** Format: date-time */
-            createTime?: string;
+            createTime: string;
             /** @description The CloudEvents id and webhook-id header: the same on every attempt. */
-            eventId?: string;
-            eventType?: string;
+            eventId: string;
+            eventType: string;
             /** Format: date-time */
-            lastAttemptTime?: string;
-            lastDuration?: string;
+            lastAttemptTime: string;
+            lastDuration: string;
             /** @description Why the last attempt failed. */
-            lastError?: string;
+            lastError: string;
             /**
              * Format: int32
              * @description The endpoint's HTTP status of the last attempt (0: no answer).
              */
-            lastStatusCode?: number;
+            lastStatusCode: number;
             /** @description webhookSubscriptions/{subscription}/deliveries/{delivery} */
-            name?: string;
+            name: string;
             /** Format: date-time */
-            nextAttemptTime?: string;
+            nextAttemptTime: string;
             /** Format: int64 */
-            position?: string;
+            position: string;
             /**
              * @description The object the event is about (CloudEvents subject); deliveries of one
              *     object are sent in order.
              */
-            resource?: string;
-            state?: components["schemas"]["gpuplane.v1.WebhookDelivery.State"];
+            resource: string;
+            state: components["schemas"]["WebhookDeliveryState"];
         };
         /** @enum {string} */
-        "gpuplane.v1.WebhookDelivery.State": "STATE_UNSPECIFIED" | "PENDING" | "SUCCEEDED" | "FAILED";
+        WebhookDeliveryState: "STATE_UNSPECIFIED" | "PENDING" | "SUCCEEDED" | "FAILED";
         /**
          * @description WebhookSubscription sends the events of a team, a department or the
          *     whole platform to an HTTPS endpoint as CloudEvents 1.0 (structured JSON),
@@ -1398,14 +1608,14 @@ export interface components {
          *     department subscriptions by department admins, platform subscriptions by
          *     platform admins; others get NOT_FOUND.
          */
-        "gpuplane.v1.WebhookSubscription": {
+        WebhookSubscription: {
             /**
              * Format: int32
              * @description Failed deliveries in a row.
              */
-            consecutiveFailures?: number;
+            consecutiveFailures: $Read<number>;
             /** Format: date-time */
-            createTime?: string;
+            createTime: $Read<string>;
             department?: string;
             /**
              * @description Set to pause deliveries (they wait, nothing is lost within the
@@ -1414,7 +1624,7 @@ export interface components {
              */
             disabled?: boolean;
             /** @description Why the platform disabled it. */
-            disabledReason?: string;
+            disabledReason: $Read<string>;
             displayName?: string;
             etag?: string;
             /**
@@ -1429,17 +1639,17 @@ export interface components {
              * @description After a rotation the previous secret signs too until this time, so
              *     receivers can switch without losing a delivery.
              */
-            previousSecretExpireTime?: string;
+            previousSecretExpireTime: $Read<string>;
             /**
              * @description The signing secret ("whsec_" + base64 of 32 random bytes). Returned
              *     only by CreateWebhookSubscription and RotateWebhookSecret.
              */
-            secret?: string;
+            secret: $Read<string>;
             /**
              * Format: int64
              * @description Events after this feed position are delivered (the head at creation).
              */
-            startPosition?: string;
+            startPosition: $Read<string>;
             /**
              * @description The scope: teams/{team} (its events), departments/{department} (the
              *     department's and its teams' events), or neither (every event).
@@ -1447,7 +1657,65 @@ export interface components {
              */
             team?: string;
             /** Format: date-time */
-            updateTime?: string;
+            updateTime: $Read<string>;
+            /**
+             * @description https://... (plain http only to hosts the platform allows). Addresses
+             *     in loopback, private, link-local and metadata ranges are refused unless
+             *     the platform allows them, when the URL is set and on every connection.
+             */
+            url: string;
+        };
+        /** @description A WebhookSubscription as the body of an update (PATCH): every field is optional; the fields present, or the updateMask query parameter, say what changes. */
+        WebhookSubscriptionUpdate: {
+            /**
+             * Format: int32
+             * @description Failed deliveries in a row.
+             */
+            consecutiveFailures?: $Read<number>;
+            /** Format: date-time */
+            createTime?: $Read<string>;
+            department?: string;
+            /**
+             * @description Set to pause deliveries (they wait, nothing is lost within the
+             *     retention); set by the platform after a run of failures. Clearing it
+             *     resumes delivery and resets the failure count.
+             */
+            disabled?: boolean;
+            /** @description Why the platform disabled it. */
+            disabledReason?: $Read<string>;
+            displayName?: string;
+            etag?: string;
+            /**
+             * @description Event types to send: exact ("request.approved"), per kind
+             *     ("virtualcluster.*") or "*"; empty: all.
+             */
+            eventTypes?: string[];
+            /** @description webhookSubscriptions/{subscription}; the id is a DNS-1123 label. */
+            name?: string;
+            /**
+             * Format: date-time
+             * @description After a rotation the previous secret signs too until this time, so
+             *     receivers can switch without losing a delivery.
+             */
+            previousSecretExpireTime?: $Read<string>;
+            /**
+             * @description The signing secret ("whsec_" + base64 of 32 random bytes). Returned
+             *     only by CreateWebhookSubscription and RotateWebhookSecret.
+             */
+            secret?: $Read<string>;
+            /**
+             * Format: int64
+             * @description Events after this feed position are delivered (the head at creation).
+             */
+            startPosition?: $Read<string>;
+            /**
+             * @description The scope: teams/{team} (its events), departments/{department} (the
+             *     department's and its teams' events), or neither (every event).
+             *     Immutable.
+             */
+            team?: string;
+            /** Format: date-time */
+            updateTime?: $Read<string>;
             /**
              * @description https://... (plain http only to hosts the platform allows). Addresses
              *     in loopback, private, link-local and metadata ranges are refused unless
@@ -1456,7 +1724,62 @@ export interface components {
             url?: string;
         };
     };
-    responses: never;
+    responses: {
+        /** @description INVALID_ARGUMENT: a field, filter or page token is invalid (ErrorInfo reason INVALID_FIELD, INVALID_FILTER or INVALID_PAGE_TOKEN; BadRequest field violations name the fields by JSON path); or FAILED_PRECONDITION: the current state does not allow it (e.g. QUOTA_EXCEEDED, INVALID_STATE_TRANSITION, HAS_DEPENDENTS). */
+        BadRequest: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Status"];
+            };
+        };
+        /** @description ABORTED: the etag sent is stale (ETAG_MISMATCH; read again and retry); or ALREADY_EXISTS: an object with this id exists. */
+        Conflict: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Status"];
+            };
+        };
+        /** @description Any other error: 503 UNAVAILABLE (with Retry-After, e.g. IDENTITY_PROVIDER_UNAVAILABLE), 429 RESOURCE_EXHAUSTED, 500 INTERNAL (the X-Request-Id response header identifies it in the server logs). */
+        Error: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Status"];
+            };
+        };
+        /** @description NOT_FOUND: the object does not exist, or the caller may not read it (other teams' objects answer 404, not 403). */
+        NotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Status"];
+            };
+        };
+        /** @description PERMISSION_DENIED: the caller may read the object but not do this. */
+        PermissionDenied: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Status"];
+            };
+        };
+        /** @description UNAUTHENTICATED: no bearer token, or one that is expired, forged or for another issuer or audience. */
+        Unauthenticated: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["Status"];
+            };
+        };
+    };
     parameters: never;
     requestBodies: never;
     headers: never;
@@ -1464,10 +1787,12 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
-    ApprovalPolicyService_ListApprovalPolicies: {
+    ListApprovalPolicies: {
         parameters: {
             query?: {
+                /** @description Default 50, at most 500. */
                 pageSize?: number;
+                /** @description The nextPageToken of the previous page. */
                 pageToken?: string;
             };
             header?: never;
@@ -1482,24 +1807,23 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ListApprovalPoliciesResponse"];
+                    "application/json": components["schemas"]["ListApprovalPoliciesPage"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            default: components["responses"]["Error"];
         };
     };
-    ApprovalPolicyService_CreateApprovalPolicy: {
+    CreateApprovalPolicy: {
         parameters: {
-            query?: {
-                approvalPolicyId?: string;
+            query: {
+                /** @description The new policy's id, a DNS-1123 label. */
+                approvalPolicyId: string;
+                /**
+                 * @description Idempotency key: a retry with the same requestId returns the first
+                 *     result without writing again.
+                 */
                 requestId?: string;
             };
             header?: never;
@@ -1508,7 +1832,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["gpuplane.v1.ApprovalPolicy"];
+                "application/json": components["schemas"]["ApprovalPolicy"];
             };
         };
         responses: {
@@ -1522,68 +1846,24 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ApprovalPolicy"];
+                    "application/json": components["schemas"]["ApprovalPolicy"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    ApprovalPolicyService_UpdateApprovalPolicy: {
-        parameters: {
-            query?: {
-                /** @description Paths: display_name, expression, disabled. */
-                updateMask?: string;
-            };
-            header?: never;
-            path: {
-                "approval_policy.name": string;
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["gpuplane.v1.ApprovalPolicy"];
-            };
-        };
-        responses: {
-            /**
-             * @description ApprovalPolicy auto-approves matching requests. Policies are evaluated in
-             *     order of create time; the first that matches (and whose request fits)
-             *     approves.
-             */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ApprovalPolicy"];
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    ApprovalPolicyService_GetApprovalPolicy: {
+    GetApprovalPolicy: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                name: string;
+                /** @description The approval policy's id, e.g. `small-research`: the last segment of its resource name `approvalPolicies/{approvalPolicy}`, not the whole name. */
+                approvalPolicy: string;
             };
             cookie?: never;
         };
@@ -1599,42 +1879,31 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ApprovalPolicy"];
+                    "application/json": components["schemas"]["ApprovalPolicy"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
         };
     };
-    ApprovalPolicyService_DeleteApprovalPolicy: {
+    DeleteApprovalPolicy: {
         parameters: {
             query?: {
+                /** @description When set, must match the current etag. */
                 etag?: string;
             };
             header?: never;
             path: {
-                name: string;
+                /** @description The approval policy's id, e.g. `small-research`: the last segment of its resource name `approvalPolicies/{approvalPolicy}`, not the whole name. */
+                approvalPolicy: string;
             };
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /**
-             * @description A generic empty message that you can re-use to avoid defining duplicated
-             *     empty messages in your APIs. A typical example is to use it as the request
-             *     or the response type of an API method. For instance:
-             *
-             *         service Foo {
-             *           rpc Bar(google.protobuf.Empty) returns (google.protobuf.Empty);
-             *         }
-             */
+            /** @description Deleted; the body is an empty JSON object. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -1643,25 +1912,67 @@ export interface operations {
                     "application/json": Record<string, never>;
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
+    UpdateApprovalPolicy: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Paths: displayName, expression, disabled, in proto or JSON form.
+                 *     Empty or "*" = all.
+                 */
+                updateMask?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The approval policy's id, e.g. `small-research`: the last segment of its resource name `approvalPolicies/{approvalPolicy}`, not the whole name. */
+                approvalPolicy: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ApprovalPolicyUpdate"];
+            };
+        };
+        responses: {
+            /**
+             * @description ApprovalPolicy auto-approves matching requests. Policies are evaluated in
+             *     order of create time; the first that matches (and whose request fits)
+             *     approves.
+             */
+            200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
+                    "application/json": components["schemas"]["ApprovalPolicy"];
                 };
             };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    AuditService_ListAuditEvents: {
+    ListAuditEvents: {
         parameters: {
             query?: {
+                /** @description Default 50, at most 500. */
                 pageSize?: number;
+                /** @description The nextPageToken of the previous page. */
                 pageToken?: string;
                 /**
                  * @description Fields: resource (exact, or a prefix ending in "*": "teams/team-a*"),
-                 *     resource_uid, actor, action, team, department, time (with >=, <, etc.
+                 *     resourceUid, actor, action, team, department, time (with >=, <, etc.
                  *     and an RFC 3339 value). Team members read the events of their team's
                  *     current incarnation only, department admins those of their
                  *     department's. Example:
@@ -1681,27 +1992,22 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ListAuditEventsResponse"];
+                    "application/json": components["schemas"]["ListAuditEventsPage"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            default: components["responses"]["Error"];
         };
     };
-    DepartmentService_ListDepartments: {
+    ListDepartments: {
         parameters: {
             query?: {
                 /** @description Default 50, at most 500. */
                 pageSize?: number;
+                /** @description The nextPageToken of the previous page. */
                 pageToken?: string;
-                /** @description Conjunction of `field = "value"` terms; fields: display_name. */
+                /** @description Conjunction of `field = "value"` terms; fields: displayName. */
                 filter?: string;
             };
             header?: never;
@@ -1716,27 +2022,21 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ListDepartmentsResponse"];
+                    "application/json": components["schemas"]["ListDepartmentsPage"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            default: components["responses"]["Error"];
         };
     };
-    DepartmentService_CreateDepartment: {
+    CreateDepartment: {
         parameters: {
-            query?: {
-                /** @description DNS-1123 label. */
-                departmentId?: string;
+            query: {
+                /** @description The new department's id, a DNS-1123 label. */
+                departmentId: string;
                 /**
-                 * @description Idempotency key: a retry with the same request_id returns the first
+                 * @description Idempotency key: a retry with the same requestId returns the first
                  *     result without writing again.
                  */
                 requestId?: string;
@@ -1747,7 +2047,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["gpuplane.v1.Department"];
+                "application/json": components["schemas"]["Department"];
             };
         };
         responses: {
@@ -1757,65 +2057,24 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Department"];
+                    "application/json": components["schemas"]["Department"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    DepartmentService_UpdateDepartment: {
-        parameters: {
-            query?: {
-                /** @description Paths: display_name, quota_budget, admin_groups. Empty or "*" = all. */
-                updateMask?: string;
-            };
-            header?: never;
-            path: {
-                /** @description departments/{department}; the id is a DNS-1123 label. */
-                "department.name": string;
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["gpuplane.v1.Department"];
-            };
-        };
-        responses: {
-            /** @description Department is the top of the quota hierarchy; it becomes a KAI parent queue. */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Department"];
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    DepartmentService_GetDepartment: {
+    GetDepartment: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                name: string;
+                /** @description The department's id, e.g. `research`: the last segment of its resource name `departments/{department}`, not the whole name. */
+                department: string;
             };
             cookie?: never;
         };
@@ -1827,21 +2086,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Department"];
+                    "application/json": components["schemas"]["Department"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
         };
     };
-    DepartmentService_DeleteDepartment: {
+    DeleteDepartment: {
         parameters: {
             query?: {
                 /** @description When set, must match the current etag. */
@@ -1849,21 +2103,14 @@ export interface operations {
             };
             header?: never;
             path: {
-                name: string;
+                /** @description The department's id, e.g. `research`: the last segment of its resource name `departments/{department}`, not the whole name. */
+                department: string;
             };
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /**
-             * @description A generic empty message that you can re-use to avoid defining duplicated
-             *     empty messages in your APIs. A typical example is to use it as the request
-             *     or the response type of an API method. For instance:
-             *
-             *         service Foo {
-             *           rpc Bar(google.protobuf.Empty) returns (google.protobuf.Empty);
-             *         }
-             */
+            /** @description Deleted; the body is an empty JSON object. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -1872,18 +2119,54 @@ export interface operations {
                     "application/json": Record<string, never>;
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
+    UpdateDepartment: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Paths: displayName, quotaBudget (or quotaBudget.gpu, ...),
+                 *     adminGroups, in proto or JSON form. Empty or "*" = all.
+                 */
+                updateMask?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The department's id, e.g. `research`: the last segment of its resource name `departments/{department}`, not the whole name. */
+                department: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Department"];
+            };
+        };
+        responses: {
+            /** @description Department is the top of the quota hierarchy; it becomes a KAI parent queue. */
+            200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
+                    "application/json": components["schemas"]["Department"];
                 };
             };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    HostClusterService_ListHostClusters: {
+    ListHostClusters: {
         parameters: {
             query?: {
                 pageSize?: number;
@@ -1901,25 +2184,19 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ListHostClustersResponse"];
+                    "application/json": components["schemas"]["ListHostClustersPage"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            default: components["responses"]["Error"];
         };
     };
-    HostClusterService_CreateHostCluster: {
+    CreateHostCluster: {
         parameters: {
-            query?: {
+            query: {
                 /** @description DNS-1123 label. */
-                hostClusterId?: string;
+                hostClusterId: string;
                 requestId?: string;
             };
             header?: never;
@@ -1928,7 +2205,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["gpuplane.v1.HostCluster"];
+                "application/json": components["schemas"]["HostCluster"];
             };
         };
         responses: {
@@ -1945,75 +2222,24 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.HostCluster"];
+                    "application/json": components["schemas"]["HostCluster"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    HostClusterService_UpdateHostCluster: {
-        parameters: {
-            query?: {
-                /**
-                 * @description Paths: display_name, tiers, labels, cordoned, in_cluster,
-                 *     kubeconfig_secret. Empty or "*" = all.
-                 */
-                updateMask?: string;
-            };
-            header?: never;
-            path: {
-                /** @description hostClusters/{host_cluster}; the id is a DNS-1123 label. */
-                "host_cluster.name": string;
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["gpuplane.v1.HostCluster"];
-            };
-        };
-        responses: {
-            /**
-             * @description HostCluster is a Kubernetes cluster with GPUs that hosts virtual
-             *     clusters. Platform admins register them; every authenticated caller may
-             *     read them (to place a virtual cluster by name or label). The worker
-             *     probes each one and reports what it saw in status. An install that
-             *     predates many host clusters has one, "default": the cluster gpuplane
-             *     runs in (or its --kubeconfig).
-             */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["gpuplane.v1.HostCluster"];
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    HostClusterService_GetHostCluster: {
+    GetHostCluster: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                name: string;
+                /** @description The host cluster's id, e.g. `my-hostcluster`: the last segment of its resource name `hostClusters/{hostCluster}`, not the whole name. */
+                hostCluster: string;
             };
             cookie?: never;
         };
@@ -2032,42 +2258,30 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.HostCluster"];
+                    "application/json": components["schemas"]["HostCluster"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
         };
     };
-    HostClusterService_DeleteHostCluster: {
+    DeleteHostCluster: {
         parameters: {
             query?: {
                 etag?: string;
             };
             header?: never;
             path: {
-                name: string;
+                /** @description The host cluster's id, e.g. `my-hostcluster`: the last segment of its resource name `hostClusters/{hostCluster}`, not the whole name. */
+                hostCluster: string;
             };
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /**
-             * @description A generic empty message that you can re-use to avoid defining duplicated
-             *     empty messages in your APIs. A typical example is to use it as the request
-             *     or the response type of an API method. For instance:
-             *
-             *         service Foo {
-             *           rpc Bar(google.protobuf.Empty) returns (google.protobuf.Empty);
-             *         }
-             */
+            /** @description Deleted; the body is an empty JSON object. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2076,21 +2290,66 @@ export interface operations {
                     "application/json": Record<string, never>;
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
+    UpdateHostCluster: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Paths: displayName, tiers, labels, cordoned, inCluster,
+                 *     kubeconfigSecret. Empty or "*" = all.
+                 */
+                updateMask?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The host cluster's id, e.g. `my-hostcluster`: the last segment of its resource name `hostClusters/{hostCluster}`, not the whole name. */
+                hostCluster: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["HostCluster"];
+            };
+        };
+        responses: {
+            /**
+             * @description HostCluster is a Kubernetes cluster with GPUs that hosts virtual
+             *     clusters. Platform admins register them; every authenticated caller may
+             *     read them (to place a virtual cluster by name or label). The worker
+             *     probes each one and reports what it saw in status. An install that
+             *     predates many host clusters has one, "default": the cluster gpuplane
+             *     runs in (or its --kubeconfig).
+             */
+            200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
+                    "application/json": components["schemas"]["HostCluster"];
                 };
             };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    RequestService_ListRequests: {
+    ListRequests: {
         parameters: {
             query?: {
+                /** @description Default 50, at most 500. */
                 pageSize?: number;
+                /** @description The nextPageToken of the previous page. */
                 pageToken?: string;
                 /**
                  * @description Fields: state, team, department, kind, requester.
@@ -2110,23 +2369,21 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ListRequestsResponse"];
+                    "application/json": components["schemas"]["ListRequestsPage"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            default: components["responses"]["Error"];
         };
     };
-    RequestService_CreateRequest: {
+    CreateRequest: {
         parameters: {
             query?: {
+                /**
+                 * @description Idempotency key: a retry with the same requestId returns the first
+                 *     result without writing again.
+                 */
                 requestId?: string;
             };
             header?: never;
@@ -2135,7 +2392,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["gpuplane.v1.Request"];
+                "application/json": components["schemas"]["Request"];
             };
         };
         responses: {
@@ -2145,26 +2402,24 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Request"];
+                    "application/json": components["schemas"]["Request"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    RequestService_GetRequest: {
+    GetRequest: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                name: string;
+                /** @description The request's id, e.g. `r3f9c2a7b1d0e4f68`: the last segment of its resource name `requests/{request}`, not the whole name. */
+                request: string;
             };
             cookie?: never;
         };
@@ -2176,35 +2431,28 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Request"];
+                    "application/json": components["schemas"]["Request"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
         };
     };
-    RequestService_ApproveRequest: {
+    ApproveRequest: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                name: string;
+                /** @description The request's id, e.g. `r3f9c2a7b1d0e4f68`: the last segment of its resource name `requests/{request}`, not the whole name. */
+                request: string;
             };
             cookie?: never;
         };
         requestBody: {
             content: {
-                "application/json": {
-                    etag?: string;
-                    reason?: string;
-                };
+                "application/json": components["schemas"]["ApproveRequestBody"];
             };
         };
         responses: {
@@ -2214,34 +2462,30 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Request"];
+                    "application/json": components["schemas"]["Request"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    RequestService_CancelRequest: {
+    CancelRequest: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                name: string;
+                /** @description The request's id, e.g. `r3f9c2a7b1d0e4f68`: the last segment of its resource name `requests/{request}`, not the whole name. */
+                request: string;
             };
             cookie?: never;
         };
         requestBody: {
             content: {
-                "application/json": {
-                    etag?: string;
-                };
+                "application/json": components["schemas"]["CancelRequestBody"];
             };
         };
         responses: {
@@ -2251,35 +2495,30 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Request"];
+                    "application/json": components["schemas"]["Request"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    RequestService_CheckFit_1: {
+    CheckRequestFit: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                /** @description requests/{request}; or leave empty and set request. */
-                name: string;
+                /** @description The request's id, e.g. `r3f9c2a7b1d0e4f68`: the last segment of its resource name `requests/{request}`, not the whole name. */
+                request: string;
             };
             cookie?: never;
         };
         requestBody: {
             content: {
-                "application/json": {
-                    request?: components["schemas"]["gpuplane.v1.Request"];
-                };
+                "application/json": components["schemas"]["CheckRequestFitBody"];
             };
         };
         responses: {
@@ -2289,35 +2528,28 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.FitResult"];
+                    "application/json": components["schemas"]["FitResult"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
         };
     };
-    RequestService_RejectRequest: {
+    RejectRequest: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                name: string;
+                /** @description The request's id, e.g. `r3f9c2a7b1d0e4f68`: the last segment of its resource name `requests/{request}`, not the whole name. */
+                request: string;
             };
             cookie?: never;
         };
         requestBody: {
             content: {
-                "application/json": {
-                    etag?: string;
-                    reason?: string;
-                };
+                "application/json": components["schemas"]["RejectRequestBody"];
             };
         };
         responses: {
@@ -2327,21 +2559,18 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Request"];
+                    "application/json": components["schemas"]["Request"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    RequestService_CheckFit: {
+    CheckFit: {
         parameters: {
             query?: never;
             header?: never;
@@ -2350,11 +2579,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": {
-                    /** @description requests/{request}; or leave empty and set request. */
-                    name?: string;
-                    request?: components["schemas"]["gpuplane.v1.Request"];
-                };
+                "application/json": components["schemas"]["CheckFitBody"];
             };
         };
         responses: {
@@ -2364,21 +2589,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.FitResult"];
+                    "application/json": components["schemas"]["FitResult"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
         };
     };
-    WatchService_WatchRequests: {
+    WatchRequests: {
         parameters: {
             query?: {
                 /** @description teams/{team}: only this team's requests. */
@@ -2386,7 +2606,7 @@ export interface operations {
                 /** @description departments/{department}: only requests of its teams. */
                 department?: string;
                 /** @description Only requests in these states (before or after the change); empty: all. */
-                states?: components["schemas"]["gpuplane.v1.Request.State"][];
+                states?: components["schemas"]["RequestState"][];
                 /**
                  * @description Resume after this position; unset: start with the current state. The
                  *     current state is the requests matching the filter, newest first, at
@@ -2407,30 +2627,29 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        error?: components["schemas"]["google.rpc.Status"];
-                        result?: components["schemas"]["gpuplane.v1.RequestEvent"];
+                        error?: components["schemas"]["Status"];
+                        result?: components["schemas"]["RequestEvent"];
                     };
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    TeamService_ListTeams: {
+    ListTeams: {
         parameters: {
             query?: {
+                /** @description Default 50, at most 500. */
                 pageSize?: number;
+                /** @description The nextPageToken of the previous page. */
                 pageToken?: string;
                 /**
-                 * @description Fields: department, isolation_tier, display_name.
-                 *     Example: department = "departments/research" AND isolation_tier = SHARED
+                 * @description Fields: department, isolationTier, displayName.
+                 *     Example: department = "departments/research" AND isolationTier = SHARED
                  */
                 filter?: string;
             };
@@ -2446,24 +2665,23 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ListTeamsResponse"];
+                    "application/json": components["schemas"]["ListTeamsPage"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            default: components["responses"]["Error"];
         };
     };
-    TeamService_CreateTeam: {
+    CreateTeam: {
         parameters: {
-            query?: {
-                teamId?: string;
+            query: {
+                /** @description The new team's id, a DNS-1123 label unique platform-wide. */
+                teamId: string;
+                /**
+                 * @description Idempotency key: a retry with the same requestId returns the first
+                 *     result without writing again.
+                 */
                 requestId?: string;
             };
             header?: never;
@@ -2472,7 +2690,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["gpuplane.v1.Team"];
+                "application/json": components["schemas"]["Team"];
             };
         };
         responses: {
@@ -2485,21 +2703,263 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Team"];
+                    "application/json": components["schemas"]["Team"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
+    GetTeam: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /**
+             * @description Team belongs to one department; it becomes a KAI parent queue whose
+             *     children are the team's virtual clusters.
+             */
+            200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
+                    "application/json": components["schemas"]["Team"];
                 };
             };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
         };
     };
-    MemberService_UpdateMember: {
+    DeleteTeam: {
+        parameters: {
+            query?: {
+                /** @description When set, must match the current etag. */
+                etag?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted; the body is an empty JSON object. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
+    UpdateTeam: {
+        parameters: {
+            query?: {
+                /**
+                 * @description Paths: displayName, isolationTier, quota (or quota.gpu, ...),
+                 *     nodePool, in proto or JSON form. Empty or "*" = all.
+                 */
+                updateMask?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TeamUpdate"];
+            };
+        };
+        responses: {
+            /**
+             * @description Team belongs to one department; it becomes a KAI parent queue whose
+             *     children are the team's virtual clusters.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Team"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
+    ListMembers: {
+        parameters: {
+            query?: {
+                /** @description Default 50, at most 500. */
+                pageSize?: number;
+                /** @description The nextPageToken of the previous page. */
+                pageToken?: string;
+                /** @description Fields: role, user, group. */
+                filter?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListMembersPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
+        };
+    };
+    CreateMember: {
+        parameters: {
+            query?: {
+                /**
+                 * @description The member's id, a DNS-1123 label; when empty the server derives one
+                 *     from the principal.
+                 */
+                memberId?: string;
+                /**
+                 * @description Idempotency key: a retry with the same requestId returns the first
+                 *     result without writing again.
+                 */
+                requestId?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Member"];
+            };
+        };
+        responses: {
+            /** @description Member binds a user or an OIDC group to a role on a team. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Member"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
+    GetMember: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+                /** @description The member's id, e.g. `bob`: the last segment of its resource name `teams/{team}/members/{member}`, not the whole name. */
+                member: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Member binds a user or an OIDC group to a role on a team. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Member"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
+        };
+    };
+    DeleteMember: {
+        parameters: {
+            query?: {
+                /** @description When set, must match the current etag. */
+                etag?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+                /** @description The member's id, e.g. `bob`: the last segment of its resource name `teams/{team}/members/{member}`, not the whole name. */
+                member: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted; the body is an empty JSON object. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
+    UpdateMember: {
         parameters: {
             query?: {
                 /** @description Paths: role. Empty or "*" = role. */
@@ -2507,16 +2967,16 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description teams/{team}/members/{member} */
-                "member.name": string;
-                /** @description teams/{team}/members/{member} */
-                "member.name_1": string;
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+                /** @description The member's id, e.g. `bob`: the last segment of its resource name `teams/{team}/members/{member}`, not the whole name. */
+                member: string;
             };
             cookie?: never;
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["gpuplane.v1.Member"];
+                "application/json": components["schemas"]["MemberUpdate"];
             };
         };
         responses: {
@@ -2526,176 +2986,60 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Member"];
+                    "application/json": components["schemas"]["Member"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    TeamService_GetTeam: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                name: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /**
-             * @description Team belongs to one department; it becomes a KAI parent queue whose
-             *     children are the team's virtual clusters.
-             */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Team"];
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    TeamService_DeleteTeam: {
+    ListVirtualClusters: {
         parameters: {
             query?: {
-                etag?: string;
+                /** @description Default 50, at most 500. */
+                pageSize?: number;
+                /** @description The nextPageToken of the previous page. */
+                pageToken?: string;
+                /** @description Fields: phase, hostCluster (hostClusters/{id}). */
+                filter?: string;
             };
             header?: never;
             path: {
-                name: string;
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. `-` stands for every team the caller can read. */
+                team: string;
             };
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /**
-             * @description A generic empty message that you can re-use to avoid defining duplicated
-             *     empty messages in your APIs. A typical example is to use it as the request
-             *     or the response type of an API method. For instance:
-             *
-             *         service Foo {
-             *           rpc Bar(google.protobuf.Empty) returns (google.protobuf.Empty);
-             *         }
-             */
+            /** @description A successful response. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["ListVirtualClustersPage"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
         };
     };
-    MemberService_GetMember: {
+    GetVirtualCluster: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                name: string;
-                name_1: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Member binds a user or an OIDC group to a role on a team. */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Member"];
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    MemberService_DeleteMember: {
-        parameters: {
-            query?: {
-                etag?: string;
-            };
-            header?: never;
-            path: {
-                name: string;
-                name_1: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /**
-             * @description A generic empty message that you can re-use to avoid defining duplicated
-             *     empty messages in your APIs. A typical example is to use it as the request
-             *     or the response type of an API method. For instance:
-             *
-             *         service Foo {
-             *           rpc Bar(google.protobuf.Empty) returns (google.protobuf.Empty);
-             *         }
-             */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": Record<string, never>;
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    VirtualClusterService_GetVirtualCluster: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                name: string;
-                name_1: string;
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+                /** @description The virtual cluster's id, e.g. `ml-dev`: the last segment of its resource name `teams/{team}/virtualClusters/{virtualCluster}`, not the whole name. */
+                virtualCluster: string;
             };
             cookie?: never;
         };
@@ -2710,21 +3054,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.VirtualCluster"];
+                    "application/json": components["schemas"]["VirtualCluster"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
         };
     };
-    VirtualClusterService_GetVirtualClusterKubeconfig: {
+    GetVirtualClusterKubeconfig: {
         parameters: {
             query?: {
                 /** @description Platform admins only: the vCluster's own admin client certificate. */
@@ -2737,53 +3076,46 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description teams/{team}/virtualClusters/{virtual_cluster} */
-                name: string;
-                /** @description teams/{team}/virtualClusters/{virtual_cluster} */
-                name_1: string;
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+                /** @description The virtual cluster's id, e.g. `ml-dev`: the last segment of its resource name `teams/{team}/virtualClusters/{virtualCluster}`, not the whole name. */
+                virtualCluster: string;
             };
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description A successful response. */
+            /** @description VirtualClusterKubeconfig is a kubeconfig for one caller. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.VirtualClusterKubeconfig"];
+                    "application/json": components["schemas"]["VirtualClusterKubeconfig"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
         };
     };
-    VirtualClusterService_SleepVirtualCluster: {
+    SleepVirtualCluster: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                /** @description teams/{team}/virtualClusters/{virtual_cluster} */
-                name: string;
-                /** @description teams/{team}/virtualClusters/{virtual_cluster} */
-                name_1: string;
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+                /** @description The virtual cluster's id, e.g. `ml-dev`: the last segment of its resource name `teams/{team}/virtualClusters/{virtualCluster}`, not the whole name. */
+                virtualCluster: string;
             };
             cookie?: never;
         };
         requestBody: {
             content: {
-                "application/json": {
-                    /** @description When set, must match (ABORTED otherwise). */
-                    etag?: string;
-                };
+                "application/json": components["schemas"]["SleepVirtualClusterBody"];
             };
         };
         responses: {
@@ -2796,38 +3128,32 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.VirtualCluster"];
+                    "application/json": components["schemas"]["VirtualCluster"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    VirtualClusterService_WakeVirtualCluster: {
+    WakeVirtualCluster: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                /** @description teams/{team}/virtualClusters/{virtual_cluster} */
-                name: string;
-                /** @description teams/{team}/virtualClusters/{virtual_cluster} */
-                name_1: string;
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. */
+                team: string;
+                /** @description The virtual cluster's id, e.g. `ml-dev`: the last segment of its resource name `teams/{team}/virtualClusters/{virtualCluster}`, not the whole name. */
+                virtualCluster: string;
             };
             cookie?: never;
         };
         requestBody: {
             content: {
-                "application/json": {
-                    /** @description When set, must match (ABORTED otherwise). */
-                    etag?: string;
-                };
+                "application/json": components["schemas"]["WakeVirtualClusterBody"];
             };
         };
         responses: {
@@ -2840,134 +3166,18 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.VirtualCluster"];
+                    "application/json": components["schemas"]["VirtualCluster"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    MemberService_ListMembers: {
-        parameters: {
-            query?: {
-                pageSize?: number;
-                pageToken?: string;
-                /** @description Fields: role, user, group. */
-                filter?: string;
-            };
-            header?: never;
-            path: {
-                /** @description teams/{team} */
-                parent: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description A successful response. */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ListMembersResponse"];
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    MemberService_CreateMember: {
-        parameters: {
-            query?: {
-                /** @description DNS-1123 label; when empty the server derives one from the principal. */
-                memberId?: string;
-                requestId?: string;
-            };
-            header?: never;
-            path: {
-                parent: string;
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["gpuplane.v1.Member"];
-            };
-        };
-        responses: {
-            /** @description Member binds a user or an OIDC group to a role on a team. */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Member"];
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    VirtualClusterService_ListVirtualClusters: {
-        parameters: {
-            query?: {
-                pageSize?: number;
-                pageToken?: string;
-                /** @description Fields: phase, host_cluster (hostClusters/{id}). */
-                filter?: string;
-            };
-            header?: never;
-            path: {
-                /** @description teams/{team}, or teams/- for every team the caller can read. */
-                parent: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description A successful response. */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ListVirtualClustersResponse"];
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    WatchService_WatchVirtualClusters: {
+    WatchVirtualClusters: {
         parameters: {
             query?: {
                 /** @description departments/{department}: only virtual clusters of its teams. */
@@ -2976,7 +3186,7 @@ export interface operations {
                  * @description Only virtual clusters in these phases (before or after the change, so
                  *     a watcher learns that one left the set); empty: all.
                  */
-                phases?: components["schemas"]["gpuplane.v1.VirtualClusterStatus.Phase"][];
+                phases?: components["schemas"]["VirtualClusterStatusPhase"][];
                 /**
                  * @description Resume after this position (from SYNCED, CHANGED or HEARTBEAT); unset:
                  *     start with the current state.
@@ -2985,8 +3195,8 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description teams/{team}, or teams/- for every team the caller can read. */
-                parent: string;
+                /** @description The team's id, e.g. `team-a`: the last segment of its resource name `teams/{team}`, not the whole name. `-` stands for every team the caller can read. */
+                team: string;
             };
             cookie?: never;
         };
@@ -2999,65 +3209,20 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        error?: components["schemas"]["google.rpc.Status"];
-                        result?: components["schemas"]["gpuplane.v1.VirtualClusterEvent"];
+                        error?: components["schemas"]["Status"];
+                        result?: components["schemas"]["VirtualClusterEvent"];
                     };
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    TeamService_UpdateTeam: {
-        parameters: {
-            query?: {
-                /** @description Paths: display_name, isolation_tier, quota. Empty or "*" = all. */
-                updateMask?: string;
-            };
-            header?: never;
-            path: {
-                /** @description teams/{team}; the id is a DNS-1123 label, unique platform-wide. */
-                "team.name": string;
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["gpuplane.v1.Team"];
-            };
-        };
-        responses: {
-            /**
-             * @description Team belongs to one department; it becomes a KAI parent queue whose
-             *     children are the team's virtual clusters.
-             */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["gpuplane.v1.Team"];
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    IdentityService_GetCurrentUser: {
+    GetCurrentUser: {
         parameters: {
             query?: never;
             header?: never;
@@ -3066,27 +3231,20 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description A successful response. */
+            /** @description User is the caller as the server sees its token. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.User"];
+                    "application/json": components["schemas"]["User"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            401: components["responses"]["Unauthenticated"];
+            default: components["responses"]["Error"];
         };
     };
-    WebhookService_ListWebhookSubscriptions: {
+    ListWebhookSubscriptions: {
         parameters: {
             query?: {
                 pageSize?: number;
@@ -3106,24 +3264,18 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ListWebhookSubscriptionsResponse"];
+                    "application/json": components["schemas"]["ListWebhookSubscriptionsPage"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            default: components["responses"]["Error"];
         };
     };
-    WebhookService_CreateWebhookSubscription: {
+    CreateWebhookSubscription: {
         parameters: {
-            query?: {
-                webhookSubscriptionId?: string;
+            query: {
+                webhookSubscriptionId: string;
                 requestId?: string;
             };
             header?: never;
@@ -3132,7 +3284,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["gpuplane.v1.WebhookSubscription"];
+                "application/json": components["schemas"]["WebhookSubscription"];
             };
         };
         responses: {
@@ -3152,26 +3304,24 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.WebhookSubscription"];
+                    "application/json": components["schemas"]["WebhookSubscription"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    WebhookService_GetWebhookSubscription: {
+    GetWebhookSubscription: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                name: string;
+                /** @description The webhook subscription's id, e.g. `my-webhooksubscription`: the last segment of its resource name `webhookSubscriptions/{webhookSubscription}`, not the whole name. */
+                webhookSubscription: string;
             };
             cookie?: never;
         };
@@ -3193,42 +3343,30 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.WebhookSubscription"];
+                    "application/json": components["schemas"]["WebhookSubscription"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
         };
     };
-    WebhookService_DeleteWebhookSubscription: {
+    DeleteWebhookSubscription: {
         parameters: {
             query?: {
                 etag?: string;
             };
             header?: never;
             path: {
-                name: string;
+                /** @description The webhook subscription's id, e.g. `my-webhooksubscription`: the last segment of its resource name `webhookSubscriptions/{webhookSubscription}`, not the whole name. */
+                webhookSubscription: string;
             };
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /**
-             * @description A generic empty message that you can re-use to avoid defining duplicated
-             *     empty messages in your APIs. A typical example is to use it as the request
-             *     or the response type of an API method. For instance:
-             *
-             *         service Foo {
-             *           rpc Bar(google.protobuf.Empty) returns (google.protobuf.Empty);
-             *         }
-             */
+            /** @description Deleted; the body is an empty JSON object. */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -3237,30 +3375,107 @@ export interface operations {
                     "application/json": Record<string, never>;
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    WebhookService_RedeliverWebhookDelivery: {
+    UpdateWebhookSubscription: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Paths: displayName, url, eventTypes, disabled. */
+                updateMask?: string;
+            };
             header?: never;
             path: {
-                name: string;
-                name_1: string;
+                /** @description The webhook subscription's id, e.g. `my-webhooksubscription`: the last segment of its resource name `webhookSubscriptions/{webhookSubscription}`, not the whole name. */
+                webhookSubscription: string;
             };
             cookie?: never;
         };
         requestBody: {
             content: {
-                "application/json": Record<string, never>;
+                "application/json": components["schemas"]["WebhookSubscriptionUpdate"];
+            };
+        };
+        responses: {
+            /**
+             * @description WebhookSubscription sends the events of a team, a department or the
+             *     whole platform to an HTTPS endpoint as CloudEvents 1.0 (structured JSON),
+             *     signed per Standard Webhooks (docs/events.md). Delivery is at least once,
+             *     in order per object, retried with exponential backoff; a run of failed
+             *     deliveries disables the subscription (event webhook.disabled).
+             *
+             *     Team subscriptions are managed by the team's owners and department admins,
+             *     department subscriptions by department admins, platform subscriptions by
+             *     platform admins; others get NOT_FOUND.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookSubscription"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
+        };
+    };
+    ListWebhookDeliveries: {
+        parameters: {
+            query?: {
+                pageSize?: number;
+                pageToken?: string;
+                /** @description Fields: state, eventType, resource. Example: state = FAILED */
+                filter?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The webhook subscription's id, e.g. `my-webhooksubscription`: the last segment of its resource name `webhookSubscriptions/{webhookSubscription}`, not the whole name. */
+                webhookSubscription: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A successful response. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListWebhookDeliveriesPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
+        };
+    };
+    RedeliverWebhookDelivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The webhook subscription's id, e.g. `my-webhooksubscription`: the last segment of its resource name `webhookSubscriptions/{webhookSubscription}`, not the whole name. */
+                webhookSubscription: string;
+                /** @description The delivery's id, e.g. `my-delivery`: the last segment of its resource name `webhookSubscriptions/{webhookSubscription}/deliveries/{delivery}`, not the whole name. */
+                delivery: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RedeliverWebhookDeliveryBody"];
             };
         };
         responses: {
@@ -3273,39 +3488,30 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.WebhookDelivery"];
+                    "application/json": components["schemas"]["WebhookDelivery"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
-    WebhookService_RotateWebhookSecret: {
+    RotateWebhookSecret: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                name: string;
+                /** @description The webhook subscription's id, e.g. `my-webhooksubscription`: the last segment of its resource name `webhookSubscriptions/{webhookSubscription}`, not the whole name. */
+                webhookSubscription: string;
             };
             cookie?: never;
         };
         requestBody: {
             content: {
-                "application/json": {
-                    etag?: string;
-                    /**
-                     * @description How long the current secret keeps signing too (0 or unset: 24h; at
-                     *     most 7 days).
-                     */
-                    previousSecretTtl?: string;
-                };
+                "application/json": components["schemas"]["RotateWebhookSecretBody"];
             };
         };
         responses: {
@@ -3325,104 +3531,15 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["gpuplane.v1.WebhookSubscription"];
+                    "application/json": components["schemas"]["WebhookSubscription"];
                 };
             };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    WebhookService_ListWebhookDeliveries: {
-        parameters: {
-            query?: {
-                pageSize?: number;
-                pageToken?: string;
-                /** @description Fields: state, event_type, resource. Example: state = FAILED */
-                filter?: string;
-            };
-            header?: never;
-            path: {
-                /** @description webhookSubscriptions/{subscription} */
-                parent: string;
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description A successful response. */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["gpuplane.v1.ListWebhookDeliveriesResponse"];
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
-        };
-    };
-    WebhookService_UpdateWebhookSubscription: {
-        parameters: {
-            query?: {
-                /** @description Paths: display_name, url, event_types, disabled. */
-                updateMask?: string;
-            };
-            header?: never;
-            path: {
-                /** @description webhookSubscriptions/{subscription}; the id is a DNS-1123 label. */
-                "webhook_subscription.name": string;
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["gpuplane.v1.WebhookSubscription"];
-            };
-        };
-        responses: {
-            /**
-             * @description WebhookSubscription sends the events of a team, a department or the
-             *     whole platform to an HTTPS endpoint as CloudEvents 1.0 (structured JSON),
-             *     signed per Standard Webhooks (docs/events.md). Delivery is at least once,
-             *     in order per object, retried with exponential backoff; a run of failed
-             *     deliveries disables the subscription (event webhook.disabled).
-             *
-             *     Team subscriptions are managed by the team's owners and department admins,
-             *     department subscriptions by department admins, platform subscriptions by
-             *     platform admins; others get NOT_FOUND.
-             */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["gpuplane.v1.WebhookSubscription"];
-                };
-            };
-            /** @description An unexpected error response. */
-            default: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["google.rpc.Status"];
-                };
-            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["PermissionDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            default: components["responses"]["Error"];
         };
     };
 }

@@ -3,14 +3,83 @@ import type { GpuplaneApi, ListOptions, Page } from '../api/GpuplaneApi';
 import type { Observer, StatusSource } from '../api/StatusSource';
 import type {
   AuditEvent,
+  Condition,
   CurrentUser,
   FitResult,
   GpuplaneRequest,
   Kubeconfig,
+  Shortfall,
   Team,
   VirtualCluster,
   VirtualClusterAsk,
+  VirtualClusterStatus,
 } from '../api/types';
+
+// Builders of complete API objects: the document marks the fields a
+// response always carries as required, so fixtures give them all and tests
+// name only what they are about.
+const T0 = '2026-12-01T00:00:00Z';
+
+export function aUser(u: Partial<CurrentUser>): CurrentUser {
+  return { subject: '', username: '', email: '', groups: [], platformAdmin: false, adminOfDepartments: [], teamRoles: [], ...u };
+}
+
+export function aRequest(r: Partial<GpuplaneRequest>): GpuplaneRequest {
+  return {
+    name: 'requests/r1',
+    kind: 'CREATE_VIRTUAL_CLUSTER',
+    state: 'PENDING',
+    team: 'teams/team-a',
+    department: 'departments/research',
+    requester: 'user-bob',
+    approvalPolicy: '',
+    decider: '',
+    decisionReason: '',
+    failureMessage: '',
+    etag: 'W/"1"',
+    createTime: T0,
+    updateTime: T0,
+    ...r,
+  };
+}
+
+export function aStatus(s: Partial<VirtualClusterStatus>): VirtualClusterStatus {
+  return {
+    phase: 'PROVISIONING',
+    conditions: [],
+    observedGeneration: '0',
+    endpoint: '',
+    message: '',
+    allocated: { gpu: '0', cpuMillis: '0', memoryBytes: '0' },
+    ...s,
+  };
+}
+
+export function aCondition(c: Partial<Condition> & Pick<Condition, 'type' | 'status'>): Condition {
+  return { reason: '', message: '', observedGeneration: '1', ...c };
+}
+
+export function aVirtualCluster(
+  v: Partial<Omit<VirtualCluster, 'status'>> & { name: string; status?: Partial<VirtualClusterStatus> },
+): VirtualCluster {
+  return {
+    generation: '1',
+    etag: 'W/"1"',
+    createTime: T0,
+    updateTime: T0,
+    spec: { quota: { gpu: '0', cpuMillis: '0', memoryBytes: '0' } },
+    ...v,
+    status: aStatus(v.status ?? {}),
+  };
+}
+
+export function aShortfall(s: Partial<Shortfall>): Shortfall {
+  return { level: '', name: '', resource: '', requested: '', free: '', capacity: '', message: '', ...s };
+}
+
+export function fits(shortfalls: Array<Partial<Shortfall>> = []): FitResult {
+  return { fits: shortfalls.length === 0, shortfalls: shortfalls.map(aShortfall) };
+}
 
 /** A GpuplaneError as the server would send it. */
 export function apiError(
@@ -29,12 +98,12 @@ export function apiError(
   return new GpuplaneError({ httpStatus, status: { code, message, details }, requestId: 'req-1' });
 }
 
-export const bob: CurrentUser = {
+export const bob: CurrentUser = aUser({
   subject: 'user-bob',
   username: 'bob@example.com',
-  teamRoles: [{ team: 'teams/team-a', role: 'OWNER' }],
-};
-export const alice: CurrentUser = { subject: 'user-alice', username: 'alice@example.com', platformAdmin: true };
+  teamRoles: [{ team: 'teams/team-a', role: 'OWNER', viaMembers: ['teams/team-a/members/bob'] }],
+});
+export const alice: CurrentUser = aUser({ subject: 'user-alice', username: 'alice@example.com', platformAdmin: true });
 
 export const teamA: Team = {
   name: 'teams/team-a',
@@ -42,6 +111,10 @@ export const teamA: Team = {
   isolationTier: 'SHARED',
   department: 'departments/research',
   quota: { gpu: '4', cpuMillis: '32000', memoryBytes: String(256 * 1024 ** 3) },
+  nodePool: 'shared',
+  etag: 'W/"1"',
+  createTime: T0,
+  updateTime: T0,
 };
 
 type Calls = { [K in keyof GpuplaneApi]: unknown[][] };
@@ -53,14 +126,19 @@ export class FakeGpuplaneApi implements GpuplaneApi {
   clusters: VirtualCluster[] = [];
   requests: GpuplaneRequest[] = [];
   audit: AuditEvent[] = [];
-  fit: (ask: VirtualClusterAsk) => Promise<FitResult> = async () => ({ fits: true });
-  storedFit: FitResult = { fits: true };
-  create: (ask: VirtualClusterAsk, requestId: string) => Promise<GpuplaneRequest> = async ask => ({
-    name: 'requests/r1',
-    state: 'PENDING',
-    team: `teams/${ask.team}`,
-    createVirtualCluster: { virtualClusterId: ask.virtualClusterId },
-  });
+  fit: (ask: VirtualClusterAsk) => Promise<FitResult> = async () => fits();
+  storedFit: FitResult = fits();
+  create: (ask: VirtualClusterAsk, requestId: string) => Promise<GpuplaneRequest> = async ask =>
+    aRequest({
+      name: 'requests/r1',
+      state: 'PENDING',
+      team: `teams/${ask.team}`,
+      createVirtualCluster: {
+        virtualClusterId: ask.virtualClusterId,
+        virtualCluster: `teams/${ask.team}/virtualClusters/${ask.virtualClusterId}`,
+        spec: { quota: { gpu: ask.gpu, cpuMillis: String(ask.cpuMillis), memoryBytes: String(ask.memoryBytes) } },
+      },
+    });
   decide?: (name: string, approve: boolean, reason: string) => Promise<GpuplaneRequest>;
   userError?: unknown;
   calls = {} as Calls;
@@ -90,7 +168,13 @@ export class FakeGpuplaneApi implements GpuplaneApi {
   }
   async getKubeconfig(teamId: string, vc: string): Promise<Kubeconfig> {
     this.record('getKubeconfig', teamId, vc);
-    return { kubeconfig: `apiVersion: v1\nkind: Config\n# ${vc}\n`, server: `https://${vc}.vc-${vc}.svc`, context: vc };
+    return {
+      kubeconfig: `apiVersion: v1\nkind: Config\n# ${vc}\n`,
+      server: `https://${vc}.vc-${vc}.svc`,
+      context: vc,
+      certificateAuthorityData: '',
+      breakGlass: false,
+    };
   }
   async listRequests(options: ListOptions = {}): Promise<Page<GpuplaneRequest>> {
     this.record('listRequests', options);
@@ -111,12 +195,12 @@ export class FakeGpuplaneApi implements GpuplaneApi {
   async approveRequest(name: string, reason: string, etag?: string) {
     this.record('approveRequest', name, reason, etag);
     if (this.decide) return this.decide(name, true, reason);
-    return { ...this.requests.find(r => r.name === name), state: 'APPROVED' as const, decisionReason: reason };
+    return aRequest({ ...this.requests.find(r => r.name === name), state: 'APPROVED', decisionReason: reason });
   }
   async rejectRequest(name: string, reason: string, etag?: string) {
     this.record('rejectRequest', name, reason, etag);
     if (this.decide) return this.decide(name, false, reason);
-    return { ...this.requests.find(r => r.name === name), state: 'REJECTED' as const, decisionReason: reason };
+    return aRequest({ ...this.requests.find(r => r.name === name), state: 'REJECTED', decisionReason: reason });
   }
   async listAuditEvents(options: ListOptions = {}): Promise<Page<AuditEvent>> {
     this.record('listAuditEvents', options);

@@ -44,14 +44,14 @@ export class GpuplaneClient implements GpuplaneApi {
   }
 
   getTeam(teamId: string) {
-    return unwrap(this.http.GET('/v1/teams/{name}', { params: { path: { name: teamId } } }));
+    return unwrap(this.http.GET('/v1/teams/{team}', { params: { path: { team: teamId } } }));
   }
 
   async listVirtualClusters(teamId: string) {
     return this.all(async pageToken => {
       const r = await unwrap(
-        this.http.GET('/v1/teams/{parent}/virtualClusters', {
-          params: { path: { parent: teamId }, query: { pageSize: PAGE_SIZE, pageToken } },
+        this.http.GET('/v1/teams/{team}/virtualClusters', {
+          params: { path: { team: teamId }, query: { pageSize: PAGE_SIZE, pageToken } },
         }),
       );
       return { items: r.virtualClusters ?? [], nextPageToken: r.nextPageToken };
@@ -60,8 +60,8 @@ export class GpuplaneClient implements GpuplaneApi {
 
   getKubeconfig(teamId: string, virtualClusterId: string) {
     return unwrap(
-      this.http.GET('/v1/teams/{name}/virtualClusters/{name_1}:kubeconfig', {
-        params: { path: { name: teamId, name_1: virtualClusterId } },
+      this.http.GET('/v1/teams/{team}/virtualClusters/{virtualCluster}:kubeconfig', {
+        params: { path: { team: teamId, virtualCluster: virtualClusterId } },
       }),
     );
   }
@@ -86,8 +86,8 @@ export class GpuplaneClient implements GpuplaneApi {
 
   checkStoredFit(requestName: string) {
     return unwrap(
-      this.http.POST('/v1/requests/{name}:checkFit', {
-        params: { path: { name: idOf(requestName) } },
+      this.http.POST('/v1/requests/{request}:checkFit', {
+        params: { path: { request: idOf(requestName) } },
         body: {},
       }),
     );
@@ -95,8 +95,8 @@ export class GpuplaneClient implements GpuplaneApi {
 
   approveRequest(requestName: string, reason: string, etag?: string) {
     return unwrap(
-      this.http.POST('/v1/requests/{name}:approve', {
-        params: { path: { name: idOf(requestName) } },
+      this.http.POST('/v1/requests/{request}:approve', {
+        params: { path: { request: idOf(requestName) } },
         body: { reason, etag },
       }),
     );
@@ -104,8 +104,8 @@ export class GpuplaneClient implements GpuplaneApi {
 
   rejectRequest(requestName: string, reason: string, etag?: string) {
     return unwrap(
-      this.http.POST('/v1/requests/{name}:reject', {
-        params: { path: { name: idOf(requestName) } },
+      this.http.POST('/v1/requests/{request}:reject', {
+        params: { path: { request: idOf(requestName) } },
         body: { reason, etag },
       }),
     );

@@ -1,32 +1,30 @@
 /**
  * The one place the plugin touches the generated OpenAPI types.
  *
- * Schema names, path parameters and field behaviour (required, read-only)
- * of api/openapi.yaml are due to change; when they do, `make generate-ts`
- * rewrites @gpuplane/client's schema and the edits stay in this module and
- * in GpuplaneClient.ts (the request paths), nowhere else.
+ * When schema names, path parameters or field behaviour (required,
+ * read-only) of api/openapi.yaml change, `make generate-ts` rewrites
+ * @gpuplane/client's schema and the edits stay in this module and in
+ * GpuplaneClient.ts (the request paths), nowhere else.
  */
-import type { components, Schema } from '@gpuplane/client';
+import type { Schema, SchemaInput } from '@gpuplane/client';
 
-type Schemas = components['schemas'];
-
-export type Quota = Schema<'gpuplane.v1.Quota'>;
-export type Team = Schema<'gpuplane.v1.Team'>;
-export type IsolationTier = Schema<'gpuplane.v1.IsolationTier'>;
-export type VirtualCluster = Schema<'gpuplane.v1.VirtualCluster'>;
-export type VirtualClusterSpec = Schema<'gpuplane.v1.VirtualClusterSpec'>;
-export type VirtualClusterStatus = Schema<'gpuplane.v1.VirtualClusterStatus'>;
-export type Phase = Schema<'gpuplane.v1.VirtualClusterStatus.Phase'>;
-export type Condition = Schema<'gpuplane.v1.Condition'>;
+export type Quota = Schema<'Quota'>;
+export type Team = Schema<'Team'>;
+export type IsolationTier = Schema<'IsolationTier'>;
+export type VirtualCluster = Schema<'VirtualCluster'>;
+export type VirtualClusterSpec = Schema<'VirtualClusterSpec'>;
+export type VirtualClusterStatus = Schema<'VirtualClusterStatus'>;
+export type Phase = Schema<'VirtualClusterStatusPhase'>;
+export type Condition = Schema<'Condition'>;
 /** A team's ask (the API's Request; renamed so it does not shadow fetch's Request). */
-export type GpuplaneRequest = Schema<'gpuplane.v1.Request'>;
-export type RequestState = Schema<'gpuplane.v1.Request.State'>;
-export type RequestKind = Schema<'gpuplane.v1.Request.Kind'>;
-export type FitResult = Schema<'gpuplane.v1.FitResult'>;
-export type Shortfall = Schema<'gpuplane.v1.Shortfall'>;
-export type AuditEvent = Schema<'gpuplane.v1.AuditEvent'>;
-export type CurrentUser = Schema<'gpuplane.v1.User'>;
-export type Kubeconfig = Schema<'gpuplane.v1.VirtualClusterKubeconfig'>;
+export type GpuplaneRequest = Schema<'Request'>;
+export type RequestState = Schema<'RequestState'>;
+export type RequestKind = Schema<'RequestKind'>;
+export type FitResult = Schema<'FitResult'>;
+export type Shortfall = Schema<'Shortfall'>;
+export type AuditEvent = Schema<'AuditEvent'>;
+export type CurrentUser = Schema<'User'>;
+export type Kubeconfig = Schema<'VirtualClusterKubeconfig'>;
 
 export const teamName = (teamId: string) => `teams/${teamId}`;
 
@@ -45,7 +43,7 @@ export interface VirtualClusterAsk {
 }
 
 /** The request body the API takes for a VirtualClusterAsk. */
-export function askToRequest(ask: VirtualClusterAsk): Schemas['gpuplane.v1.Request'] {
+export function askToRequest(ask: VirtualClusterAsk): SchemaInput<'Request'> {
   return {
     team: teamName(ask.team),
     justification: ask.justification,
@@ -65,9 +63,11 @@ export function askToRequest(ask: VirtualClusterAsk): Schemas['gpuplane.v1.Reque
 }
 
 /**
- * Where the API reports a violation of each form field. Paths are compared
- * after normalization (leading "request." dropped, snake_case -> camelCase),
- * so both today's proto-style paths and JSON-style ones match.
+ * Where the API reports a violation of each form field. The REST API names
+ * fields by JSON path (request.createVirtualCluster.spec.quota.cpuMillis);
+ * paths are compared after normalization (leading "request." dropped,
+ * snake_case -> camelCase), so a proto-style path from an older server
+ * matches too.
  */
 export const askFieldPaths: Record<string, AskField> = {
   'createVirtualCluster.virtualClusterId': 'virtualClusterId',

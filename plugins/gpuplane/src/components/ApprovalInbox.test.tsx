@@ -1,25 +1,26 @@
 import { screen, within } from '@testing-library/react';
 import userEventLib from '@testing-library/user-event';
-import { apiError, FakeGpuplaneApi } from '../__testUtils__/fakes';
+import { aRequest, apiError, FakeGpuplaneApi, fits } from '../__testUtils__/fakes';
 import { renderWithApi } from '../__testUtils__/render';
 import { ApprovalInbox } from './ApprovalInbox';
 
 const userEvent = userEventLib.setup({ delay: null });
 jest.setTimeout(20_000);
 
-const pending = {
+const pending = aRequest({
   name: 'requests/r7',
   etag: 'W/"3"',
-  state: 'PENDING' as const,
+  state: 'PENDING',
   team: 'teams/team-a',
   department: 'departments/research',
   requester: 'user-bob',
   justification: 'vision model fine-tuning',
   createVirtualCluster: {
     virtualClusterId: 'ml-dev',
+    virtualCluster: 'teams/team-a/virtualClusters/ml-dev',
     spec: { quota: { gpu: '2', cpuMillis: '16000', memoryBytes: String(64 * 1024 ** 3) } },
   },
-};
+});
 
 describe('ApprovalInbox', () => {
   it('lists pending requests with their fit, and approves with the reason and etag', async () => {
@@ -56,9 +57,9 @@ describe('ApprovalInbox', () => {
   it('shows why a decision failed, with its reason, and keeps the request', async () => {
     const api = new FakeGpuplaneApi();
     api.requests = [pending];
-    api.storedFit = {
-      shortfalls: [{ level: 'department', name: 'departments/research', resource: 'gpu', message: 'does not fit in department departments/research: 1 GPU free, 2 GPU requested (gpu)' }],
-    };
+    api.storedFit = fits([
+      { level: 'department', name: 'departments/research', resource: 'gpu', message: 'does not fit in department departments/research: 1 GPU free, 2 GPU requested (gpu)' },
+    ]);
     api.decide = async () => {
       throw apiError(400, 9, 'does not fit in department departments/research: 1 GPU free, 2 GPU requested (gpu)', 'QUOTA_EXCEEDED');
     };

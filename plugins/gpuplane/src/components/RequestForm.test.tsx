@@ -1,6 +1,6 @@
 import { act, screen, waitFor } from '@testing-library/react';
 import userEventLib from '@testing-library/user-event';
-import { apiError, FakeGpuplaneApi, teamA } from '../__testUtils__/fakes';
+import { apiError, FakeGpuplaneApi, fits, teamA } from '../__testUtils__/fakes';
 import { renderWithApi } from '../__testUtils__/render';
 import { RequestForm } from './RequestForm';
 
@@ -44,11 +44,10 @@ describe('RequestForm', () => {
 
   it('shows where an ask does not fit', async () => {
     const api = new FakeGpuplaneApi();
-    api.fit = async () => ({
-      shortfalls: [
+    api.fit = async () =>
+      fits([
         { level: 'team', name: 'teams/team-a', resource: 'gpu', requested: '7 GPU', free: '4 GPU', message: 'does not fit in team teams/team-a: 4 GPU free, 7 GPU requested (gpu)' },
-      ],
-    });
+      ]);
     renderWithApi(<RequestForm teamId="team-a" team={teamA} fitDebounceMs={10} />, api);
     await userEvent.type(idField(), 'big');
     const fit = await screen.findByTestId('fit-result');
@@ -75,7 +74,7 @@ describe('RequestForm', () => {
 
   it('on submit shows every violation on its field, unknown ones in the error panel, with the reason', async () => {
     const api = new FakeGpuplaneApi();
-    api.fit = async () => ({ fits: true });
+    api.fit = async () => fits();
     api.create = async () => {
       throw apiError(400, 3, 'invalid request', 'INVALID_FIELD', [
         { field: 'request.create_virtual_cluster.spec.quota.gpu', description: 'a fractional GPU quota (0.5) needs allow_fractional_gpus' },

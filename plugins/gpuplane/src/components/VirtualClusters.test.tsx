@@ -1,6 +1,6 @@
 import { screen, within } from '@testing-library/react';
 import userEventLib from '@testing-library/user-event';
-import { FakeGpuplaneApi, teamA } from '../__testUtils__/fakes';
+import { aCondition, aVirtualCluster, FakeGpuplaneApi, teamA } from '../__testUtils__/fakes';
 import { renderWithApi } from '../__testUtils__/render';
 import { VirtualClusters } from './VirtualClusters';
 
@@ -8,27 +8,28 @@ const userEvent = userEventLib.setup({ delay: null });
 const GI = 1024 ** 3;
 
 describe('VirtualClusters', () => {
-  it('shows phase, conditions and quota against allocation, also when the API omits zeros', async () => {
+  it('shows phase, conditions and quota against allocation, also when an allocation omits zeros', async () => {
     const api = new FakeGpuplaneApi();
     api.clusters = [
-      {
+      aVirtualCluster({
         name: 'teams/team-a/virtualClusters/ml-dev',
         spec: { quota: { gpu: '2', cpuMillis: '16000', memoryBytes: String(64 * GI) } },
         status: {
           phase: 'READY',
-          // KAI reported only GPUs; cpu and memory are omitted zeros.
+          // The API emits zeros now; an older server omitted them, and the
+          // bars must still read 0 rather than break.
           allocated: { gpu: '1.5' },
           conditions: [
-            { type: 'QueuesReady', status: 'TRUE' },
-            { type: 'ControlPlaneReady', status: 'FALSE', reason: 'NotReady', message: '0/1 replicas' },
+            aCondition({ type: 'QueuesReady', status: 'TRUE' }),
+            aCondition({ type: 'ControlPlaneReady', status: 'FALSE', reason: 'NotReady', message: '0/1 replicas' }),
           ],
         },
-      },
-      {
+      }),
+      aVirtualCluster({
         name: 'teams/team-a/virtualClusters/notebook',
         spec: { quota: { gpu: '0.5', cpuMillis: '4000', memoryBytes: String(16 * GI) } },
         status: { phase: 'PROVISIONING' },
-      },
+      }),
     ];
     renderWithApi(<VirtualClusters teamId="team-a" team={teamA} />, api);
 
@@ -55,7 +56,7 @@ describe('VirtualClusters', () => {
 
   it('opens the kubeconfig dialog with gpuplanectl instructions', async () => {
     const api = new FakeGpuplaneApi();
-    api.clusters = [{ name: 'teams/team-a/virtualClusters/ml-dev', spec: {}, status: { phase: 'READY' } }];
+    api.clusters = [aVirtualCluster({ name: 'teams/team-a/virtualClusters/ml-dev', status: { phase: 'READY' } })];
     renderWithApi(<VirtualClusters teamId="team-a" team={teamA} />, api);
     await userEvent.click(await screen.findByRole('button', { name: 'Kubeconfig' }));
     const dialog = await screen.findByRole('dialog');
