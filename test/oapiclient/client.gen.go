@@ -1936,7 +1936,9 @@ type ClientInterface interface {
 	// Corresponds with PATCH /v1/departments/{department} (the `UpdateDepartment` operationId).
 	UpdateDepartment(ctx context.Context, department string, params *UpdateDepartmentParams, body UpdateDepartmentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// ListHostClusters performs a GET /v1/hostClusters (the `ListHostClusters` operationId) request.
+	// ListHostClusters List host clusters, by name.
+	//
+	// Corresponds with GET /v1/hostClusters (the `ListHostClusters` operationId).
 	ListHostClusters(ctx context.Context, params *ListHostClustersParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateHostClusterWithBody Platform admins only.
@@ -1959,7 +1961,11 @@ type ClientInterface interface {
 	// Corresponds with DELETE /v1/hostClusters/{hostCluster} (the `DeleteHostCluster` operationId).
 	DeleteHostCluster(ctx context.Context, hostCluster string, params *DeleteHostClusterParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetHostCluster performs a GET /v1/hostClusters/{hostCluster} (the `GetHostCluster` operationId) request.
+	// GetHostCluster Get a host cluster. Every signed-in caller may read host clusters (to
+	// choose a placement); only platform admins see how they are reached
+	// (the kubeconfig Secret reference).
+	//
+	// Corresponds with GET /v1/hostClusters/{hostCluster} (the `GetHostCluster` operationId).
 	GetHostCluster(ctx context.Context, hostCluster string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// UpdateHostClusterWithBody Platform admins only. A tier it still hosts virtual clusters of cannot
@@ -2625,7 +2631,9 @@ func (c *Client) UpdateDepartment(ctx context.Context, department string, params
 	return c.Client.Do(req)
 }
 
-// ListHostClusters performs a GET /v1/hostClusters (the `ListHostClusters` operationId) request.
+// ListHostClusters List host clusters, by name.
+//
+// Corresponds with GET /v1/hostClusters (the `ListHostClusters` operationId).
 func (c *Client) ListHostClusters(ctx context.Context, params *ListHostClustersParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListHostClustersRequest(c.Server, params)
 	if err != nil {
@@ -2688,7 +2696,11 @@ func (c *Client) DeleteHostCluster(ctx context.Context, hostCluster string, para
 	return c.Client.Do(req)
 }
 
-// GetHostCluster performs a GET /v1/hostClusters/{hostCluster} (the `GetHostCluster` operationId) request.
+// GetHostCluster Get a host cluster. Every signed-in caller may read host clusters (to
+// choose a placement); only platform admins see how they are reached
+// (the kubeconfig Secret reference).
+//
+// Corresponds with GET /v1/hostClusters/{hostCluster} (the `GetHostCluster` operationId).
 func (c *Client) GetHostCluster(ctx context.Context, hostCluster string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetHostClusterRequest(c.Server, hostCluster)
 	if err != nil {
@@ -6925,9 +6937,11 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PATCH /v1/departments/{department} (the `UpdateDepartment` operationId).
 	UpdateDepartmentWithResponse(ctx context.Context, department string, params *UpdateDepartmentParams, body UpdateDepartmentJSONRequestBody, reqEditors ...RequestEditorFn) (*UpdateDepartmentResponse, error)
 
-	// ListHostClustersWithResponse performs a GET /v1/hostClusters (the `ListHostClusters` operationId) request.
+	// ListHostClustersWithResponse List host clusters, by name.
 	//
 	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/hostClusters (the `ListHostClusters` operationId).
 	ListHostClustersWithResponse(ctx context.Context, params *ListHostClustersParams, reqEditors ...RequestEditorFn) (*ListHostClustersResponse, error)
 
 	// CreateHostClusterWithBodyWithResponse Platform admins only.
@@ -6952,9 +6966,13 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with DELETE /v1/hostClusters/{hostCluster} (the `DeleteHostCluster` operationId).
 	DeleteHostClusterWithResponse(ctx context.Context, hostCluster string, params *DeleteHostClusterParams, reqEditors ...RequestEditorFn) (*DeleteHostClusterResponse, error)
 
-	// GetHostClusterWithResponse performs a GET /v1/hostClusters/{hostCluster} (the `GetHostCluster` operationId) request.
+	// GetHostClusterWithResponse Get a host cluster. Every signed-in caller may read host clusters (to
+	// choose a placement); only platform admins see how they are reached
+	// (the kubeconfig Secret reference).
 	//
 	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/hostClusters/{hostCluster} (the `GetHostCluster` operationId).
 	GetHostClusterWithResponse(ctx context.Context, hostCluster string, reqEditors ...RequestEditorFn) (*GetHostClusterResponse, error)
 
 	// UpdateHostClusterWithBodyWithResponse Platform admins only. A tier it still hosts virtual clusters of cannot
@@ -11412,9 +11430,11 @@ func (c *ClientWithResponses) UpdateDepartmentWithResponse(ctx context.Context, 
 	return ParseUpdateDepartmentResponse(rsp)
 }
 
-// ListHostClustersWithResponse performs a GET /v1/hostClusters (the `ListHostClusters` operationId) request.
+// ListHostClustersWithResponse List host clusters, by name.
 //
 // Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/hostClusters (the `ListHostClusters` operationId).
 func (c *ClientWithResponses) ListHostClustersWithResponse(ctx context.Context, params *ListHostClustersParams, reqEditors ...RequestEditorFn) (*ListHostClustersResponse, error) {
 	rsp, err := c.ListHostClusters(ctx, params, reqEditors...)
 	if err != nil {
@@ -11463,9 +11483,13 @@ func (c *ClientWithResponses) DeleteHostClusterWithResponse(ctx context.Context,
 	return ParseDeleteHostClusterResponse(rsp)
 }
 
-// GetHostClusterWithResponse performs a GET /v1/hostClusters/{hostCluster} (the `GetHostCluster` operationId) request.
+// GetHostClusterWithResponse Get a host cluster. Every signed-in caller may read host clusters (to
+// choose a placement); only platform admins see how they are reached
+// (the kubeconfig Secret reference).
 //
 // Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/hostClusters/{hostCluster} (the `GetHostCluster` operationId).
 func (c *ClientWithResponses) GetHostClusterWithResponse(ctx context.Context, hostCluster string, reqEditors ...RequestEditorFn) (*GetHostClusterResponse, error) {
 	rsp, err := c.GetHostCluster(ctx, hostCluster, reqEditors...)
 	if err != nil {

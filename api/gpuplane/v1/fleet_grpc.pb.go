@@ -30,8 +30,16 @@ const (
 // HostClusterServiceClient is the client API for HostClusterService service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Host clusters: the Kubernetes clusters with GPU nodes that virtual
+// clusters run on, their tiers, labels and observed capacity. Platform
+// admins manage them; everyone signed in reads them.
 type HostClusterServiceClient interface {
+	// Get a host cluster. Every signed-in caller may read host clusters (to
+	// choose a placement); only platform admins see how they are reached
+	// (the kubeconfig Secret reference).
 	GetHostCluster(ctx context.Context, in *GetHostClusterRequest, opts ...grpc.CallOption) (*HostCluster, error)
+	// List host clusters, by name.
 	ListHostClusters(ctx context.Context, in *ListHostClustersRequest, opts ...grpc.CallOption) (*ListHostClustersResponse, error)
 	// Platform admins only.
 	CreateHostCluster(ctx context.Context, in *CreateHostClusterRequest, opts ...grpc.CallOption) (*HostCluster, error)
@@ -104,8 +112,16 @@ func (c *hostClusterServiceClient) DeleteHostCluster(ctx context.Context, in *De
 // HostClusterServiceServer is the server API for HostClusterService service.
 // All implementations must embed UnimplementedHostClusterServiceServer
 // for forward compatibility.
+//
+// Host clusters: the Kubernetes clusters with GPU nodes that virtual
+// clusters run on, their tiers, labels and observed capacity. Platform
+// admins manage them; everyone signed in reads them.
 type HostClusterServiceServer interface {
+	// Get a host cluster. Every signed-in caller may read host clusters (to
+	// choose a placement); only platform admins see how they are reached
+	// (the kubeconfig Secret reference).
 	GetHostCluster(context.Context, *GetHostClusterRequest) (*HostCluster, error)
+	// List host clusters, by name.
 	ListHostClusters(context.Context, *ListHostClustersRequest) (*ListHostClustersResponse, error)
 	// Platform admins only.
 	CreateHostCluster(context.Context, *CreateHostClusterRequest) (*HostCluster, error)

@@ -123,6 +123,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
+        /** List host clusters, by name. */
         get: operations["ListHostClusters"];
         put?: never;
         /** Platform admins only. */
@@ -140,6 +141,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
+        /**
+         * Get a host cluster. Every signed-in caller may read host clusters (to
+         *     choose a placement); only platform admins see how they are reached
+         *     (the kubeconfig Secret reference).
+         */
         get: operations["GetHostCluster"];
         put?: never;
         post?: never;
