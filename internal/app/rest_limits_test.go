@@ -172,7 +172,7 @@ func TestRequestBodyCap(t *testing.T) {
 			r := post(t, body(limit+1), chunked)
 			apiWantHTTP(t, r, http.StatusRequestEntityTooLarge)
 			st := apiRESTStatus(t, r)
-			if ei := apiErrorInfo(t, st); ei.GetReason() != "REQUEST_TOO_LARGE" || ei.GetMetadata()["limit_bytes"] != fmt.Sprint(limit) {
+			if ei := apiErrorInfo(t, st); ei.GetReason() != "REQUEST_TOO_LARGE" || ei.GetMetadata()["limitBytes"] != fmt.Sprint(limit) {
 				t.Errorf("413 ErrorInfo: %v", ei)
 			}
 			if v := apiViolations(t, st); !strings.Contains(v["body"], fmt.Sprint(limit)) {

@@ -7,6 +7,8 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -148,24 +150,37 @@ func TestWaitHelpers(t *testing.T) {
 	}
 }
 
-// The SDK's reason constants are the server's, all of them.
+// The SDK's reason constants are the server's, all of them: every
+// Reason* string constant in the server's packages (not only internal/errs:
+// the store, the REST guard, placement and kubeconfig define their own).
 func TestReasonsMatchServer(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), "../errs/errs.go", nil, 0)
+	var server []string
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			vs, ok := n.(*ast.ValueSpec)
+			if !ok || len(vs.Names) != 1 || len(vs.Values) != 1 || !strings.HasPrefix(vs.Names[0].Name, "Reason") {
+				return true
+			}
+			if lit, ok := vs.Values[0].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				s, _ := strconv.Unquote(lit.Value)
+				if !slices.Contains(server, s) {
+					server = append(server, s)
+				}
+			}
+			return true
+		})
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var server []string
-	ast.Inspect(f, func(n ast.Node) bool {
-		vs, ok := n.(*ast.ValueSpec)
-		if !ok || len(vs.Names) != 1 || len(vs.Values) != 1 || !strings.HasPrefix(vs.Names[0].Name, "Reason") {
-			return true
-		}
-		if lit, ok := vs.Values[0].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-			s, _ := strconv.Unquote(lit.Value)
-			server = append(server, s)
-		}
-		return true
-	})
 	sdk := slices.Clone(client.Reasons)
 	slices.Sort(server)
 	slices.Sort(sdk)

@@ -32,6 +32,14 @@ const (
 	ReasonShuttingDown                = "SHUTTING_DOWN"
 	ReasonTokenExpired                = "TOKEN_EXPIRED"
 	ReasonUnsafeURL                   = "UNSAFE_URL"
+	ReasonRequesterCannotDecide       = "REQUESTER_CANNOT_DECIDE"
+	ReasonRequestTooLarge             = "REQUEST_TOO_LARGE"
+	ReasonDatabaseUnavailable         = "DATABASE_UNAVAILABLE"
+	ReasonParentNotFound              = "PARENT_NOT_FOUND"
+	ReasonConcurrencyConflict         = "CONCURRENCY_CONFLICT"
+	ReasonNoHostCluster               = "NO_HOST_CLUSTER"
+	ReasonVirtualClusterNotReady      = "VIRTUAL_CLUSTER_NOT_READY"
+	ReasonKubeconfigUnavailable       = "KUBECONFIG_UNAVAILABLE"
 	// ReasonEventsExpired is in watch.go.
 )
 
@@ -43,6 +51,8 @@ var Reasons = []string{
 	ReasonInvalidFilter, ReasonIsolationTierViolation, ReasonInvalidPolicy, ReasonSchemaBehind,
 	ReasonInternal, ReasonIdentityProviderUnavailable, ReasonRouteNotFound, ReasonMethodNotAllowed,
 	ReasonEventsExpired, ReasonTooManyWatches, ReasonShuttingDown, ReasonTokenExpired, ReasonUnsafeURL,
+	ReasonRequesterCannotDecide, ReasonRequestTooLarge, ReasonDatabaseUnavailable, ReasonParentNotFound,
+	ReasonConcurrencyConflict, ReasonNoHostCluster, ReasonVirtualClusterNotReady, ReasonKubeconfigUnavailable,
 }
 
 // Code is the gRPC code of err (codes.OK for nil, codes.Unknown for an
