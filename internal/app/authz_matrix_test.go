@@ -75,6 +75,7 @@ func newAuthzWorld(t *testing.T, demoRoles bool) *authzWorld {
 	}
 	w := &authzWorld{e: e}
 	w.addHooks(t)
+	w.addHostCluster(t)
 	return w
 }
 
@@ -234,7 +235,7 @@ func matrixRows() []authzRow {
 			_, err := w.e.Audit.ListAuditEvents(ctx, &pb.ListAuditEventsRequest{})
 			return err
 		}},
-	}, eventMatrixRows()...)
+	}, append(eventMatrixRows(), hostClusterMatrixRows()...)...)
 }
 
 func parseMatrixCodes(t *testing.T, s string) []codes.Code {

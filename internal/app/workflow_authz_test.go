@@ -350,6 +350,33 @@ func (fx *wfFixture) decideFresh(t *testing.T, team string, decide func(name str
 	return err
 }
 
+// sleepFresh runs a sleep or wake on a new approved virtual cluster of
+// the team (put to sleep first by alice when the call wakes it). The
+// desired sleep state must be what the call asked for when it succeeded
+// and unchanged when it was refused.
+func (fx *wfFixture) sleepFresh(t *testing.T, team string, sleep bool, call func(name string) error) error {
+	t.Helper()
+	id := fx.nextID()
+	wfApprove(t, fx.e, "alice", wfCreate(t, fx.e, wfOwners[team], wfSmallVC(team, id)).GetName())
+	name := "teams/" + team + "/virtualClusters/" + id
+	if !sleep {
+		if _, err := fx.e.VirtualCluster.SleepVirtualCluster(fx.e.As(t, "alice"), &pb.SleepVirtualClusterRequest{Name: name}); err != nil {
+			t.Fatalf("alice puts %s to sleep: %v", name, err)
+		}
+	}
+	before := wfGetVC(t, fx.e, team, id)
+	err := call(name)
+	after := wfGetVC(t, fx.e, team, id)
+	switch {
+	case err == nil && after.GetSpec().GetSleep() != sleep:
+		t.Errorf("the call succeeded but %s has spec.sleep %v", name, after.GetSpec().GetSleep())
+	case err != nil && (after.GetSpec().GetSleep() != before.GetSpec().GetSleep() || after.GetEtag() != before.GetEtag()):
+		t.Errorf("a refused call changed %s: spec.sleep %v -> %v, etag %s -> %s", name,
+			before.GetSpec().GetSleep(), after.GetSpec().GetSleep(), before.GetEtag(), after.GetEtag())
+	}
+	return err
+}
+
 func (fx *wfFixture) newPolicy(t *testing.T) *pb.ApprovalPolicy {
 	p, err := fx.e.Policies.CreateApprovalPolicy(fx.e.As(t, "alice"), &pb.CreateApprovalPolicyRequest{
 		ApprovalPolicyId: fx.nextID(), ApprovalPolicy: &pb.ApprovalPolicy{Expression: "request.gpu_delta > 1000.0"}})
@@ -421,6 +448,28 @@ func wfOps(fx *wfFixture) []wfOp {
 			wfOwner: codes.FailedPrecondition, wfMember: codes.FailedPrecondition, wfOtherOwner: codes.NotFound, wfOtherMember: codes.NotFound},
 			func(t *testing.T, ctx context.Context, team string) error {
 				_, err := fx.e.VirtualCluster.GetVirtualClusterKubeconfig(ctx, &pb.GetVirtualClusterKubeconfigRequest{Name: fx.sharedVC(team)})
+				return err
+			}},
+		// Owners and admins put an approved virtual cluster to sleep and
+		// wake it; members may only ask (a request).
+		{"VirtualClusterService.SleepVirtualCluster", wfAskers, func(t *testing.T, ctx context.Context, team string) error {
+			return fx.sleepFresh(t, team, true, func(name string) error {
+				_, err := fx.e.VirtualCluster.SleepVirtualCluster(ctx, &pb.SleepVirtualClusterRequest{Name: name})
+				return err
+			})
+		}},
+		{"VirtualClusterService.WakeVirtualCluster", wfAskers, func(t *testing.T, ctx context.Context, team string) error {
+			return fx.sleepFresh(t, team, false, func(name string) error {
+				_, err := fx.e.VirtualCluster.WakeVirtualCluster(ctx, &pb.WakeVirtualClusterRequest{Name: name})
+				return err
+			})
+		}},
+		// Past the authorization check a virtual cluster still pending
+		// approval cannot sleep: FAILED_PRECONDITION for those who may.
+		{"VirtualClusterService.SleepVirtualCluster(pending)", wfWant{wfPlatformAdmin: codes.FailedPrecondition, wfDeptAdmin: codes.FailedPrecondition,
+			wfOwner: codes.FailedPrecondition, wfMember: codes.PermissionDenied, wfOtherOwner: codes.NotFound, wfOtherMember: codes.NotFound},
+			func(t *testing.T, ctx context.Context, team string) error {
+				_, err := fx.e.VirtualCluster.SleepVirtualCluster(ctx, &pb.SleepVirtualClusterRequest{Name: fx.sharedVC(team)})
 				return err
 			}},
 		{"VirtualClusterService.ListVirtualClusters(teams/-)", wfEveryone, func(t *testing.T, ctx context.Context, team string) error {

@@ -230,6 +230,10 @@ func (s *HostClusters) DeleteHostCluster(ctx context.Context, req *pb.DeleteHost
 	})
 }
 
+// unreachableForReaders replaces why a host cluster is unreachable for
+// callers who are not platform admins.
+const unreachableForReaders = "the host cluster cannot be reached; platform admins see why"
+
 func hostClusterToProto(v hostClusterView) *pb.HostCluster {
 	h := v.h
 	out := &pb.HostCluster{
@@ -250,6 +254,19 @@ func hostClusterToProto(v hostClusterView) *pb.HostCluster {
 		Reachable: st.Reachable, KubernetesVersion: st.KubernetesVersion, KaiVersion: st.KAIVersion,
 		Conditions: conditionsToProto(st.Conditions), Message: st.Message,
 		ObserveTime: tsPtr(st.ObserveTime), UnreachableSince: tsPtr(st.UnreachableSince), VirtualClusters: int32(v.hosted),
+	}
+	if !v.admin && !st.Reachable {
+		// Why a host cluster cannot be reached names how it is reached (its
+		// kubeconfig Secret, its API server's address): only platform
+		// admins read that.
+		if out.Status.Message != "" {
+			out.Status.Message = unreachableForReaders
+		}
+		for _, c := range out.Status.Conditions {
+			if c.GetType() == fleet.CondReachable && c.GetMessage() != "" {
+				c.Message = unreachableForReaders
+			}
+		}
 	}
 	pools := slices.Clone(st.Pools)
 	slices.SortFunc(pools, func(a, b fleet.PoolStatus) int {
