@@ -141,11 +141,12 @@ func TestChartConventions(t *testing.T) {
 		t.Errorf("migrate NetworkPolicy %+v, want all ingress denied", migrate.Spec)
 	}
 
-	// ServiceMonitor: in the monitoring namespace, selecting the release's.
+	// ServiceMonitor: in the monitoring namespace, selecting the release's
+	// two metrics Services through one endpoint (port "metrics").
 	sm := r.OfKind("ServiceMonitor")[0]
 	ns, _, _ := unstructured.NestedStringSlice(sm.Object, "spec", "namespaceSelector", "matchNames")
 	eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
-	if sm.GetNamespace() != "monitoring" || !slices.Equal(ns, []string{"gpuplane-system"}) || len(eps) != 2 {
+	if sm.GetNamespace() != "monitoring" || !slices.Equal(ns, []string{"gpuplane-system"}) || len(eps) != 1 {
 		t.Errorf("ServiceMonitor in %s selecting %v with %d endpoints", sm.GetNamespace(), ns, len(eps))
 	}
 	for _, ep := range eps {
