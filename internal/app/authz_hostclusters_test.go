@@ -89,7 +89,7 @@ func hostClusterShown(t *testing.T, h *pb.HostCluster, admin bool) {
 	}
 }
 
-func isPlatformAdmin(t *testing.T, w *authzWorld, ctx context.Context) bool {
+func isPlatformAdmin(ctx context.Context, t *testing.T, w *authzWorld) bool {
 	t.Helper()
 	return apiCall(w.e.Identity.GetCurrentUser(ctx, &pb.GetCurrentUserRequest{})).must(t).GetPlatformAdmin()
 }
@@ -98,7 +98,7 @@ func hostClusterMatrixRows() []authzRow {
 	getHost := func(t *testing.T, w *authzWorld, ctx context.Context, obj string, _ codes.Code) error {
 		h, err := w.hostClusters().GetHostCluster(ctx, &pb.GetHostClusterRequest{Name: obj})
 		if err == nil {
-			hostClusterShown(t, h, isPlatformAdmin(t, w, ctx))
+			hostClusterShown(t, h, isPlatformAdmin(ctx, t, w))
 		}
 		return err
 	}
@@ -107,7 +107,7 @@ func hostClusterMatrixRows() []authzRow {
 		if err != nil {
 			return err
 		}
-		admin := isPlatformAdmin(t, w, ctx)
+		admin := isPlatformAdmin(ctx, t, w)
 		var got []string
 		for _, h := range resp.GetHostClusters() {
 			got = append(got, h.GetName())
