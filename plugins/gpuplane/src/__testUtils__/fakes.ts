@@ -12,6 +12,7 @@ import type {
   Team,
   VirtualCluster,
   VirtualClusterAsk,
+  VirtualClusterSpec,
   VirtualClusterStatus,
 } from '../api/types';
 
@@ -50,6 +51,7 @@ export function aStatus(s: Partial<VirtualClusterStatus>): VirtualClusterStatus 
     observedGeneration: '0',
     endpoint: '',
     message: '',
+    hostCluster: '',
     allocated: { gpu: '0', cpuMillis: '0', memoryBytes: '0' },
     ...s,
   };
@@ -59,16 +61,25 @@ export function aCondition(c: Partial<Condition> & Pick<Condition, 'type' | 'sta
   return { reason: '', message: '', observedGeneration: '1', ...c };
 }
 
+export function aSpec(s: Partial<VirtualClusterSpec> = {}): VirtualClusterSpec {
+  return { quota: { gpu: '0', cpuMillis: '0', memoryBytes: '0' }, sleep: false, ...s };
+}
+
 export function aVirtualCluster(
-  v: Partial<Omit<VirtualCluster, 'status'>> & { name: string; status?: Partial<VirtualClusterStatus> },
+  v: Partial<Omit<VirtualCluster, 'status' | 'spec'>> & {
+    name: string;
+    spec?: Partial<VirtualClusterSpec>;
+    status?: Partial<VirtualClusterStatus>;
+  },
 ): VirtualCluster {
   return {
     generation: '1',
     etag: 'W/"1"',
+    uid: `uid-${v.name}`,
     createTime: T0,
     updateTime: T0,
-    spec: { quota: { gpu: '0', cpuMillis: '0', memoryBytes: '0' } },
     ...v,
+    spec: aSpec(v.spec),
     status: aStatus(v.status ?? {}),
   };
 }
@@ -78,7 +89,7 @@ export function aShortfall(s: Partial<Shortfall>): Shortfall {
 }
 
 export function fits(shortfalls: Array<Partial<Shortfall>> = []): FitResult {
-  return { fits: shortfalls.length === 0, shortfalls: shortfalls.map(aShortfall) };
+  return { fits: shortfalls.length === 0, hostCluster: '', shortfalls: shortfalls.map(aShortfall) };
 }
 
 /** A GpuplaneError as the server would send it. */
@@ -112,6 +123,7 @@ export const teamA: Team = {
   department: 'departments/research',
   quota: { gpu: '4', cpuMillis: '32000', memoryBytes: String(256 * 1024 ** 3) },
   nodePool: 'shared',
+  uid: 'uid-team-a',
   etag: 'W/"1"',
   createTime: T0,
   updateTime: T0,
@@ -136,7 +148,7 @@ export class FakeGpuplaneApi implements GpuplaneApi {
       createVirtualCluster: {
         virtualClusterId: ask.virtualClusterId,
         virtualCluster: `teams/${ask.team}/virtualClusters/${ask.virtualClusterId}`,
-        spec: { quota: { gpu: ask.gpu, cpuMillis: String(ask.cpuMillis), memoryBytes: String(ask.memoryBytes) } },
+        spec: aSpec({ quota: { gpu: ask.gpu, cpuMillis: String(ask.cpuMillis), memoryBytes: String(ask.memoryBytes) } }),
       },
     });
   decide?: (name: string, approve: boolean, reason: string) => Promise<GpuplaneRequest>;

@@ -1,6 +1,6 @@
 import { screen, within } from '@testing-library/react';
 import userEventLib from '@testing-library/user-event';
-import { aRequest, apiError, FakeGpuplaneApi, fits } from '../__testUtils__/fakes';
+import { aRequest, aSpec, apiError, FakeGpuplaneApi, fits } from '../__testUtils__/fakes';
 import { renderWithApi } from '../__testUtils__/render';
 import { ApprovalInbox } from './ApprovalInbox';
 
@@ -18,7 +18,7 @@ const pending = aRequest({
   createVirtualCluster: {
     virtualClusterId: 'ml-dev',
     virtualCluster: 'teams/team-a/virtualClusters/ml-dev',
-    spec: { quota: { gpu: '2', cpuMillis: '16000', memoryBytes: String(64 * 1024 ** 3) } },
+    spec: aSpec({ quota: { gpu: '2', cpuMillis: '16000', memoryBytes: String(64 * 1024 ** 3) } }),
   },
 });
 
