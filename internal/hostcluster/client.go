@@ -333,6 +333,17 @@ func (c *Client) verifyGuardrails(ctx context.Context, vc VirtualCluster, mutati
 		return err != nil && (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) &&
 			strings.Contains(err.Error(), "'"+policy+"'") && strings.Contains(err.Error(), fragment)
 	}
+	// refusedByUs is deniedByUs for a probe whose answer must come from the
+	// API server: a probe that did not reach it (the host cluster went away
+	// mid-wait) ends the wait at once with that error, so the caller sees
+	// an outage (Unreachable) rather than, 15 s later, a policy that
+	// "has not loaded yet".
+	refusedByUs := func(err error, fragment string) (bool, error) {
+		if Unreachable(err) {
+			return false, fmt.Errorf("guardrail probe: %w", err)
+		}
+		return deniedByUs(err, fragment), nil
+	}
 	probe := func(mutate func(*corev1.Pod)) (*corev1.Pod, error) {
 		// Compliant with Pod Security "restricted", so that whatever the
 		// tier's level, only gpuplane's policy can refuse it.
@@ -351,11 +362,11 @@ func (c *Client) verifyGuardrails(ctx context.Context, vc VirtualCluster, mutati
 	}
 	checks := []check{{"GPU pods must use " + KAISchedulerName, func() (bool, error) {
 		_, err := probe(func(p *corev1.Pod) { p.Spec.Containers[0].Resources.Limits = gpu })
-		return deniedByUs(err, "schedulerName"), nil
+		return refusedByUs(err, "schedulerName")
 	}}, {"no preset node names", func() (bool, error) {
 		// A node name no profile lists: DNS subdomains have no "_".
 		_, err := probe(func(p *corev1.Pod) { p.Spec.NodeName = "gpuplane-guardrail-probe" })
-		return deniedByUs(err, "spec.nodeName"), nil
+		return refusedByUs(err, "spec.nodeName")
 	}}}
 	if !vc.fractionalGPUs(c.settings.Profile(vc.Tier)) {
 		checks = append(checks, check{"shared GPUs refused", func() (bool, error) {
@@ -364,13 +375,15 @@ func (c *Client) verifyGuardrails(ctx context.Context, vc VirtualCluster, mutati
 				p.Labels[KAIQueueLabel] = leaf
 				p.Annotations[KAIFractionAnnot] = "0.5"
 			})
-			return deniedByUs(err, KAIFractionAnnot), nil
+			return refusedByUs(err, KAIFractionAnnot)
 		}})
 	}
 	if mutating {
 		checks = append(checks, check{"KAI pods get queue " + leaf, func() (bool, error) {
 			p, err := probe(func(p *corev1.Pod) { p.Spec.SchedulerName = KAISchedulerName })
 			switch {
+			case Unreachable(err):
+				return false, fmt.Errorf("guardrail probe: %w", err)
 			case err == nil:
 				key := c.settings.KAINodePoolLabel
 				return p.Labels[KAIQueueLabel] == leaf && (key == "" || p.Labels[key] == vc.pool()), nil

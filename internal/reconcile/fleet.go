@@ -6,7 +6,6 @@ package reconcile
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -76,32 +75,22 @@ func (w *Worker) hostFor(ctx context.Context, h fleet.HostCluster) (Host, error)
 	return instrumentHost(raw, w.tel), nil
 }
 
-// hostClusterDown reports whether err says the host cluster cannot be
-// reached (or its kubeconfig cannot be used), rather than that one
-// virtual cluster's change failed.
-func hostClusterDown(err error) bool {
-	var kerr *hostcluster.KubeconfigError
-	return hostcluster.Unreachable(err) || errors.As(err, &kerr)
-}
-
 // knownDown reports a host cluster the observer last saw unreachable.
 func knownDown(h fleet.HostCluster) bool { return h.Observed() && !h.Status.Reachable }
 
 // hostDown records that a virtual cluster's host cluster is down: the
 // virtual cluster becomes DEGRADED (a virtual cluster being deleted stays
-// DELETING, a sleeping one SLEEPING) with the reason, and is looked at
-// again after HostDownRetry without counting an attempt. The observer
-// queues it at once when its host cluster answers again.
+// DELETING, a sleeping one SLEEPING) with a neutral reason
+// (hostDownMessage; why is logged, and recorded on the HostCluster by the
+// observer), and is looked at again after HostDownRetry without counting
+// an attempt. The observer queues it at once when its host cluster
+// answers again.
 func (w *Worker) hostDown(ctx context.Context, c claim, d desiredState, cause error) error {
 	why := d.cluster.Status.Message
 	if cause != nil && (!knownDown(d.cluster) || why == "") {
 		why = cause.Error()
 	}
-	since := ""
-	if s := d.cluster.Status.UnreachableSince; s != nil {
-		since = " since " + s.UTC().Format(time.RFC3339)
-	}
-	msg := oneLine(truncate(fmt.Sprintf("host cluster %s is unreachable%s: %s; nothing changes there until it answers again", d.cluster.Name(), since, why), 2000))
+	msg := hostDownMessage(d.cluster)
 	markHostDown(ctx)
 	err := w.DB.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
 		cur, err := vcs.Get(ctx, tx, d.vc.ID, true)

@@ -178,9 +178,17 @@ func TestTwoHostClusters(t *testing.T) {
 		!strings.Contains(v.GetStatus().GetMessage(), "host cluster hostClusters/gpu-east is unreachable") {
 		t.Errorf("east-1 while gpu-east is down: %s", describe(v))
 	}
+	// Why it is down names how it is reached (its kubeconfig Secret, its
+	// API server's address): the HostCluster keeps that for platform
+	// admins; east-1's status and audit trail, which its team reads, do not
+	// carry it.
+	eastAPI := strings.TrimSuffix(strings.TrimPrefix(east.env.RESTConfig().Host, "https://"), "/")
+	assertNoHostDetail(t, v, devenv.DevKubeconfigSecret, eastAPI)
+	h.assertNoHostDetailInAudit(t, v.GetName(), devenv.DevKubeconfigSecret, eastAPI)
 	got, err = hcs.GetHostCluster(admin, &pb.GetHostClusterRequest{Name: "hostClusters/" + devenv.SecondHostCluster})
-	if err != nil || got.GetStatus().GetReachable() || got.GetStatus().GetUnreachableSince() == nil {
-		t.Errorf("gpu-east's status while down: %v (%v)", got.GetStatus(), err)
+	if err != nil || got.GetStatus().GetReachable() || got.GetStatus().GetUnreachableSince() == nil ||
+		!strings.Contains(got.GetStatus().GetMessage(), eastAPI) {
+		t.Errorf("gpu-east's status while down (an admin sees why): %v (%v)", got.GetStatus(), err)
 	}
 	// The others keep converging: a quota change and a new virtual cluster
 	// on default are applied while gpu-east is down.

@@ -1,62 +1,52 @@
 package reconcile
 
+// One behaviour for a host cluster that cannot be reached, however the
+// worker finds out: the observer saw it down (knownDown), connecting to it
+// failed, or a step failed because it went away mid-reconcile (including
+// the guardrail wait, which stops at once when its probes no longer reach
+// the API server). The virtual cluster becomes DEGRADED with a neutral
+// reason (hostDown), is retried without using up the attempts that end in
+// FAILED, and converges once the host cluster answers again.
+
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"syscall"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/gpuplane/gpuplane/internal/store"
-	vcs "github.com/gpuplane/gpuplane/internal/virtualcluster"
+	"github.com/gpuplane/gpuplane/internal/fleet"
+	"github.com/gpuplane/gpuplane/internal/hostcluster"
 )
 
-// hostUnreachable tells an outage of the host cluster's API server (no
-// connection, connection lost, the server saying it is unavailable) from a
-// failure of this virtual cluster's change. An outage is nobody's fault
-// and says nothing about the change: it must not use up the attempts that
-// end in FAILED. Decided by error types, never by message text.
-func hostUnreachable(err error) bool {
+// hostClusterDown reports whether err says the host cluster cannot be
+// reached (or its kubeconfig cannot be used, or its API server refuses
+// everyone for load), rather than that one virtual cluster's change
+// failed. An outage is nobody's fault and says nothing about the change.
+// Decided by error types, never by message text.
+func hostClusterDown(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return false
 	}
-	var opErr *net.OpError
-	var dnsErr *net.DNSError
-	switch {
-	case errors.As(err, &opErr), errors.As(err, &dnsErr),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
-		return true
-	}
-	return apierrors.IsServiceUnavailable(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
-		apierrors.IsTooManyRequests(err)
+	var kerr *hostcluster.KubeconfigError
+	return hostcluster.Unreachable(err) || errors.As(err, &kerr) ||
+		errors.Is(err, syscall.EPIPE) || apierrors.IsTooManyRequests(err)
 }
 
-// hostOutage records that the host cluster cannot be reached: a virtual
-// cluster that may be DEGRADED becomes so (once, with an audit event),
-// saying why; the caller retries with backoff, and the next reconcile that
-// reaches the host moves it on (PROVISIONING or READY).
-func (w *Worker) hostOutage(ctx context.Context, c claim, cause error) error {
-	d, err := load(ctx, w.DB, c.VirtualCluster)
-	if err != nil {
-		return err
+// hostDownMessage is what a virtual cluster's status, its
+// HostClusterReachable condition and its audit snapshots say while its
+// host cluster is down. Team members read all three, so it never carries
+// the host cluster's error, which names how the cluster is reached (its
+// kubeconfig Secret, namespace and key, its API server's address): that
+// reason is kept on the HostCluster, which shows it to platform admins
+// only.
+func hostDownMessage(h fleet.HostCluster) string {
+	since := ""
+	if s := h.Status.UnreachableSince; s != nil {
+		since = " since " + s.UTC().Format(time.RFC3339)
 	}
-	return w.DB.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
-		cur, err := vcs.Get(ctx, tx, d.vc.ID, true)
-		if err != nil {
-			return err
-		}
-		if cur.Phase == vcs.PhaseDegraded || !cur.Phase.CanMoveTo(vcs.PhaseDegraded) {
-			return nil
-		}
-		msg := fmt.Sprintf("degraded: host cluster unreachable, retrying with backoff: %s", oneLine(truncate(cause.Error(), 1500)))
-		after, err := vcs.SetPhase(ctx, tx, cur.ID, vcs.PhaseDegraded, msg)
-		if err != nil {
-			return err
-		}
-		return w.record(ctx, tx, d, "VirtualClusterPhase"+vcs.PhaseDegraded.Word(), cur.Name(), cur.Snapshot(), after.Snapshot())
-	})
+	return fmt.Sprintf("host cluster %s is unreachable%s; nothing changes there until it answers again (platform admins see why on the host cluster)",
+		h.Name(), since)
 }

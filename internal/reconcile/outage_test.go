@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
+
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
+	"github.com/gpuplane/gpuplane/internal/reconcile"
 )
 
 // outageDialer carries a worker's connections to the API server; Down
@@ -71,7 +74,8 @@ const hostOutageSeconds = 30
 // TestHostOutageDuringProvisioning is the kube-apiserver half of the fault
 // proof: the worker loses the API server (connection refused) for 30 s while
 // it provisions three virtual clusters. They become DEGRADED saying the
-// host cluster is unreachable, are retried with backoff and never FAILED
+// host cluster is unreachable (and nothing more: team members read it),
+// are retried without using up attempts and never FAILED
 // (the outage would have used up MaxAttempts many times over); the API
 // keeps answering; once the API server is back all three converge to
 // READY with exactly one of every host object and no orphans.
@@ -91,13 +95,19 @@ func TestHostOutageDuringProvisioning(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	od.Down()
 	cut := time.Now()
+	// The API server's address is what the worker's errors name; the
+	// virtual clusters' status (team members read it) must not.
+	apiServer := strings.TrimSuffix(strings.TrimPrefix(h.rc.Host, "https://"), "/")
 	for _, id := range ids {
 		v := h.waitVC(t, id, 20*time.Second, "DEGRADED (host unreachable) or already READY", func(v *pb.VirtualCluster) bool {
 			p := v.GetStatus().GetPhase()
+			c := condition(v, reconcile.CondHostCluster)
 			return p == pb.VirtualClusterStatus_READY ||
-				(p == pb.VirtualClusterStatus_DEGRADED && strings.Contains(v.GetStatus().GetMessage(), "host cluster unreachable"))
+				(p == pb.VirtualClusterStatus_DEGRADED && c != nil && c.GetStatus() == pb.Condition_FALSE &&
+					strings.Contains(v.GetStatus().GetMessage(), "host cluster hostClusters/default is unreachable"))
 		})
 		t.Logf("%s during the outage: %s", id, describe(v))
+		assertNoHostDetail(t, v, apiServer, od.closed)
 	}
 	// The API keeps serving while the worker cannot reach the host.
 	for time.Since(cut) < hostOutageSeconds*time.Second {
@@ -127,8 +137,42 @@ func TestHostOutageDuringProvisioning(t *testing.T) {
 		if n := len(h.auditEvents(t, v.GetName(), "VirtualClusterPhaseDegraded")); n > 1 {
 			t.Errorf("%s: %d VirtualClusterPhaseDegraded events for one outage, want at most 1", id, n)
 		}
+		h.assertNoHostDetailInAudit(t, v.GetName(), apiServer, od.closed)
 	}
 	h.assertNoOrphans(t)
 	t.Logf("host unreachable for %s (attempts still counted at its end: %d); all %d READY %s after it came back",
 		back.Sub(cut).Round(time.Millisecond), retries, len(ids), converged.Round(time.Millisecond))
+}
+
+// assertNoHostDetail fails if a virtual cluster's status message or
+// conditions name any of secrets (a kubeconfig Secret, an API server's
+// address): team members read them; only platform admins may see how a
+// host cluster is reached.
+func assertNoHostDetail(t *testing.T, v *pb.VirtualCluster, secrets ...string) {
+	t.Helper()
+	texts := []string{v.GetStatus().GetMessage()}
+	for _, c := range v.GetStatus().GetConditions() {
+		texts = append(texts, c.GetReason(), c.GetMessage())
+	}
+	for _, text := range texts {
+		for _, s := range secrets {
+			if s != "" && strings.Contains(text, s) {
+				t.Errorf("%s: status names %q (host cluster detail for platform admins only): %q", v.GetName(), s, text)
+			}
+		}
+	}
+}
+
+// assertNoHostDetailInAudit is assertNoHostDetail for the snapshots in a
+// virtual cluster's DEGRADED audit events, which its team can read too.
+func (h *harness) assertNoHostDetailInAudit(t *testing.T, name string, secrets ...string) {
+	t.Helper()
+	for _, e := range h.auditEvents(t, name, "VirtualClusterPhaseDegraded") {
+		text := protojson.Format(e)
+		for _, s := range secrets {
+			if s != "" && strings.Contains(text, s) {
+				t.Errorf("%s: audit event %s names %q (host cluster detail for platform admins only): %s", name, e.GetName(), s, text)
+			}
+		}
+	}
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/gpuplane/gpuplane/internal/request"
 	"github.com/gpuplane/gpuplane/internal/store"
 	vcs "github.com/gpuplane/gpuplane/internal/virtualcluster"
-	"github.com/gpuplane/gpuplane/internal/workqueue"
 )
 
 var actor = reqctx.System("worker")
@@ -294,16 +293,15 @@ func (w *Worker) finishDelete(ctx context.Context, d desiredState) error {
 // fail records a failed attempt: retried with backoff, or FAILED (with the
 // requests it carried) once attempts run out or the error is permanent.
 func (w *Worker) fail(ctx context.Context, c claim, cause error) error {
-	if hostUnreachable(cause) && !permanent(cause) {
+	if hostClusterDown(cause) && !permanent(cause) {
 		// Never FAILED for it: an outage ends, and what was asked for is as
-		// valid as before. The backoff grows as for any failure, but the
-		// attempts stop at half of MaxAttempts, so a real failure after
-		// the outage still has retries left.
-		if err := w.hostOutage(ctx, c, cause); err != nil {
+		// valid as before. reconcile sends these to hostDown itself; this is
+		// for one that surfaced elsewhere.
+		d, err := load(ctx, w.DB, c.VirtualCluster)
+		if err != nil {
 			return err
 		}
-		limit := max(w.cfg.MaxAttempts/2, 1)
-		return workqueue.LaterCapped(ctx, w.DB, c.Claim, w.backoff(min(c.Attempts, limit)), truncate(cause.Error(), 2000), limit)
+		return w.hostDown(ctx, c, d, cause)
 	}
 	if c.Attempts < w.cfg.MaxAttempts && !permanent(cause) {
 		return w.later(ctx, c, w.backoff(c.Attempts), cause)
