@@ -125,6 +125,19 @@ func TestWatchAuthorizationMatrix(t *testing.T) {
 		}
 		vcStreams[u] = st
 	}
+	// Each virtual-cluster watch has sent the current state before the
+	// writes below, so what they write arrives as CHANGED events.
+	for _, u := range callers {
+		for {
+			ev, err := vcStreams[u].Recv()
+			if err != nil {
+				t.Fatalf("%s: virtual cluster watch: %v", u, err)
+			}
+			if ev.GetKind() == pb.WatchEventKind_SYNCED {
+				break
+			}
+		}
+	}
 	watches := map[string]*requestWatch{}
 	for _, u := range callers {
 		watches[u] = watchRequests(t, e, u, &pb.WatchRequestsRequest{})

@@ -72,6 +72,14 @@ func Record(ctx context.Context, tx *store.Tx, e Event) error {
 	// be recorded as happening before that change; events are listed by id,
 	// i.e. in the order they were written.
 	//
+	// The id is drawn only after the transaction has its xid (the left
+	// operand runs first): the event sequencer (internal/events) moves its
+	// low-water mark past an id once every transaction with an xid below a
+	// snapshot's xmax has ended, so an id drawn before its transaction's xid
+	// could be passed over while still uncommitted, and its event never
+	// positioned. Most callers have written already (and hold an xid); an
+	// audit row that is a transaction's first write is the case this covers.
+	//
 	// The incarnations (uids) are those of the rows as this transaction
 	// sees them: written after an insert, the new row's; after a delete,
 	// none (only platform admins read a deleted team's last event by its
@@ -82,9 +90,9 @@ func Record(ctx context.Context, tx *store.Tx, e Event) error {
 		     v AS (SELECT uid FROM virtual_clusters
 		            WHERE team_id = $8 AND $4 LIKE 'teams/%/virtualClusters/%' AND id = split_part($4, '/', 4)
 		            ORDER BY phase = ANY($11), create_time DESC, uid LIMIT 1)
-		INSERT INTO audit_events (time, actor, actor_groups, action, resource, request_id, correlation_id,
+		INSERT INTO audit_events (id, time, actor, actor_groups, action, resource, request_id, correlation_id,
 		                          department_id, team_id, before, after, department_uid, team_uid, resource_uid, event_type)
-		VALUES (clock_timestamp(), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
+		VALUES (0 * length(pg_current_xact_id()::text) + nextval('audit_events_id_seq'), clock_timestamp(), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
 		        (SELECT uid FROM d), (SELECT uid FROM t),
 		        CASE WHEN $4 = 'teams/' || $8 THEN (SELECT uid FROM t)
 		             WHEN $8 = '' AND $4 = 'departments/' || $7 THEN (SELECT uid FROM d)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -220,6 +221,29 @@ func TestConcurrentWritersNeverSkipped(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// First the sequencer: every committed event gets a position.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var last, low, typed, positioned int64
+		if err := f.db.QueryRow(ctx, `SELECT last_position, low_water, (SELECT count(*) FROM audit_events WHERE event_type IS NOT NULL),
+			(SELECT count(*) FROM event_positions) FROM event_feed`).Scan(&last, &low, &typed, &positioned); err != nil {
+			t.Fatal(err)
+		}
+		if last == int64(len(committed)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			var missing []int64
+			rows, err := f.db.Query(ctx, `SELECT a.id FROM audit_events a WHERE a.event_type IS NOT NULL
+				AND NOT EXISTS (SELECT 1 FROM event_positions p WHERE p.audit_id = a.id) ORDER BY a.id`)
+			if err == nil {
+				missing, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+			}
+			t.Fatalf("sequencer: last position %d, want %d (low water %d, %d events in the audit log, %d positioned, unpositioned ids %v %v)",
+				last, len(committed), low, typed, positioned, missing, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	got := readAll(t, hub, 0, len(committed))
 	seen := map[string]bool{}
 	lastOf := map[string]int{}

@@ -41,12 +41,24 @@ func sequence(ctx context.Context, db *store.DB, limit int) (PassResult, error) 
 	var out PassResult
 	err := db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
 		out = PassResult{}
+		// The highest audit id committed before this transaction has an
+		// xid (read COMMITTED, so its own snapshot). A writer that drew an
+		// id at or below it drew it earlier, and writers take their xid
+		// before their id (audit.Record), so every such writer's xid is
+		// below the xid this transaction takes next: that pair is a safe
+		// low-water candidate. (A snapshot's xmax is not: it is the last
+		// completed xid + 1, and running writers with higher xids are in
+		// neither its xmin nor its xip.)
+		var preMax int64
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM audit_events`).Scan(&preMax); err != nil {
+			return err
+		}
 		var last, low, candID, candXmax int64
 		if err := tx.QueryRow(ctx, `SELECT last_position, low_water, candidate_id, candidate_xmax
 			FROM event_feed FOR UPDATE`).Scan(&last, &low, &candID, &candXmax); err != nil {
 			return err
 		}
-		var n, xmin, xmax, maxID int64
+		var n, xmin, ownXID int64
 		err := tx.QueryRow(ctx, `
 			WITH batch AS (
 			  SELECT a.id, row_number() OVER (ORDER BY a.id) AS rn
@@ -59,24 +71,25 @@ func sequence(ctx context.Context, db *store.DB, limit int) (PassResult, error) 
 			  SELECT $3 + rn, id FROM batch RETURNING position)
 			SELECT (SELECT count(*) FROM ins),
 			       pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
-			       pg_snapshot_xmax(pg_current_snapshot())::text::bigint,
-			       coalesce((SELECT max(id) FROM audit_events), 0)`,
-			low, limit, last).Scan(&n, &xmin, &xmax, &maxID)
+			       pg_current_xact_id()::text::bigint`,
+			low, limit, last).Scan(&n, &xmin, &ownXID)
 		if err != nil {
 			return err
 		}
 		out.positioned, out.last, out.full = int(n), last+n, int(n) == limit
 		// Every transaction that could still add an audit row with an id up
-		// to candID had started when that candidate was taken, so its xid is
-		// below candXmax; once all of those have ended and this pass (not
-		// cut short by the limit) positioned every visible row above low,
+		// to candID has an xid below candXmax (see preMax). This pass's
+		// snapshot was taken after the candidate's transaction committed,
+		// so those xids are below its xmax and any still running would hold
+		// xmin below candXmax. Once none is left and this pass (not cut
+		// short by the limit) positioned every visible row above low,
 		// nothing at or below candID is left to position.
 		if candXmax != 0 && xmin >= candXmax && !out.full {
 			low = max(low, candID)
 			candXmax = 0
 		}
 		if candXmax == 0 {
-			candID, candXmax = maxID, xmax
+			candID, candXmax = preMax, ownXID
 		}
 		if _, err := tx.Exec(ctx, `UPDATE event_feed SET last_position = $1, low_water = $2,
 			candidate_id = $3, candidate_xmax = $4`, out.last, low, candID, candXmax); err != nil {
