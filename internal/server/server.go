@@ -210,7 +210,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("openapi document: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", routes.checkMethod(s.guardREST(gw, cfg.MaxRequestBytes, withDecodeErrors(gw))))
+	// Authentication comes first, even before the method check: an
+	// unauthenticated caller learns nothing but 401 (or 400 for a malformed
+	// request), and never has a body read past the cap.
+	mux.Handle("/v1/", s.guardREST(gw, cfg.MaxRequestBytes, routes.checkMethod(withDecodeErrors(gw))))
 	mux.HandleFunc("/", routes.routingError)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
