@@ -193,7 +193,7 @@ func (s *Sequencer) Run(ctx context.Context) {
 		case err != nil:
 			failures++
 			s.log.Warn("event sequencer pass failed; retrying", "error", err, "failures", failures)
-			if !sleep(ctx, backoff(failures, 50*time.Millisecond, 5*time.Second)) {
+			if !Sleep(ctx, backoff(failures, 50*time.Millisecond, 5*time.Second)) {
 				return
 			}
 			continue
@@ -240,7 +240,7 @@ func Listen(ctx context.Context, db *store.DB, waker *Waker, log *slog.Logger) {
 		failures++
 		log.Warn("event notifications lost; reconnecting", "error", err, "failures", failures)
 		waker.Notify()
-		if !sleep(ctx, backoff(failures, 100*time.Millisecond, 10*time.Second)) {
+		if !Sleep(ctx, backoff(failures, 100*time.Millisecond, 10*time.Second)) {
 			return
 		}
 	}
@@ -278,7 +278,9 @@ func backoff(attempt int, base, ceiling time.Duration) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
+// Sleep waits d, or until ctx ends (false). The feed's loops and the
+// webhook deliverer back off with it.
+func Sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

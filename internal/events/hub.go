@@ -96,7 +96,7 @@ func (h *Hub) Run(ctx context.Context) {
 		if failures == 1 || failures%60 == 0 {
 			h.log.Warn("the event feed is not readable yet (schema behind?); retrying", "error", err)
 		}
-		if !sleep(ctx, backoff(failures, 100*time.Millisecond, time.Second)) {
+		if !Sleep(ctx, backoff(failures, 100*time.Millisecond, time.Second)) {
 			return
 		}
 	}
@@ -109,7 +109,7 @@ func (h *Hub) Run(ctx context.Context) {
 		case err != nil:
 			failures++
 			h.log.Warn("reading the event feed failed; retrying", "error", err, "failures", failures)
-			if !sleep(ctx, backoff(failures, 50*time.Millisecond, 5*time.Second)) {
+			if !Sleep(ctx, backoff(failures, 50*time.Millisecond, 5*time.Second)) {
 				return
 			}
 			continue

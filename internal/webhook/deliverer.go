@@ -150,7 +150,7 @@ func (d *Deliverer) dispatchLoop(ctx context.Context) {
 		case err != nil:
 			failures++
 			d.log.Warn("webhook dispatch failed; retrying", "error", err, "failures", failures)
-			if !sleepCtx(ctx, jitter(min(time.Duration(failures)*100*time.Millisecond, 5*time.Second))) {
+			if !events.Sleep(ctx, jitter(min(time.Duration(failures)*100*time.Millisecond, 5*time.Second))) {
 				return
 			}
 			continue
@@ -334,17 +334,6 @@ func jitter(d time.Duration) time.Duration {
 		return d
 	}
 	return d/2 + mrand.N(d/2+1)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 func truncate(s string, n int) string {

@@ -209,17 +209,6 @@ func Later(ctx context.Context, q store.Querier, c Claim, d time.Duration, failu
 	return err
 }
 
-// LaterCapped is Later for a failure that must not use up the attempts
-// (the host cluster unreachable): they are kept for the backoff, but never
-// above limit, so a real failure afterwards still has attempts left.
-func LaterCapped(ctx context.Context, q store.Querier, c Claim, d time.Duration, failure string, limit int) error {
-	_, err := q.Exec(ctx, `UPDATE reconcile_work SET lease_owner = '', lease_expire_time = NULL,
-		run_after = CASE WHEN enqueue_time = $2 THEN clock_timestamp() + $3::interval ELSE clock_timestamp() END,
-		attempts = CASE WHEN enqueue_time = $2 THEN LEAST(attempts, $4) ELSE 0 END, last_error = $5
-		WHERE virtual_cluster_id = $1`, c.VirtualCluster, c.Enqueued, d.String(), limit, failure)
-	return err
-}
-
 // ReleaseAll gives back owner's leases (a worker shutting down), so another
 // worker takes over at once instead of after the leases expire; the
 // attempt the claim counted is given back too.
