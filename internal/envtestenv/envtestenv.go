@@ -46,6 +46,10 @@ type Options struct {
 	// ExtraAPIServerArgs are kube-apiserver flags in "--name=value" form
 	// (e.g. the --oidc-* flags); a repeated name appends another value.
 	ExtraAPIServerArgs []string
+	// DurableEtcd runs etcd as in production, syncing its WAL before it
+	// answers (envtest's default is --unsafe-no-fsync): for benchmarks that
+	// compare against a durable database.
+	DurableEtcd bool
 	// Logf, when set, receives progress and the control plane's output
 	// location; nil keeps Start quiet.
 	Logf func(format string, args ...any)
@@ -178,6 +182,9 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 	}
 	api.Path = apiPath
 	te.ControlPlane.Etcd = &envtest.Etcd{Path: etcdPath}
+	if opts.DurableEtcd {
+		te.ControlPlane.Etcd.Configure().Set("unsafe-no-fsync", "false")
+	}
 
 	started := time.Now()
 	type result struct {

@@ -101,11 +101,12 @@ func (s *Service) Create(ctx context.Context, tx *store.Tx, actor reqctx.Princip
 }
 
 // Decide runs one decision on request id of department dept in a
-// transaction: it locks the department, then the request, checks etag and
-// calls apply.
+// transaction (grouped with the department's other changes,
+// tenancy.DepartmentGroup): it locks the department, then the request,
+// checks etag and calls apply.
 func (s *Service) Decide(ctx context.Context, id, dept, etag string, apply func(ctx context.Context, tx *store.Tx, r *Request) error) (Request, error) {
 	var out Request
-	err := s.db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+	err := s.db.InGroupTx(ctx, tenancy.DepartmentGroup(dept), func(ctx context.Context, tx *store.Tx) error {
 		if _, err := tenancy.LockDepartment(ctx, tx, dept); err != nil {
 			return err
 		}

@@ -23,6 +23,7 @@ type Querier interface {
 type DB struct {
 	pool    *pgxpool.Pool
 	commits *CommitSignal
+	groups  groups // InGroupTx
 }
 
 // DBOption configures New.

@@ -47,6 +47,11 @@ func LockDepartment(ctx context.Context, tx *store.Tx, dept string) (quota.Resou
 	return Budget(ctx, tx, dept, true)
 }
 
+// DepartmentGroup is the store.DB.InGroupTx key of changes that lock
+// department dept (LockDepartment): they would run one at a time anyway,
+// so they share transactions, the lock and the commit's flush.
+func DepartmentGroup(dept string) string { return "department/" + dept }
+
 const clusterLockKey = 7_300_001
 
 // LockCluster serialises changes to department budgets.

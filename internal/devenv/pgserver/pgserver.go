@@ -1,7 +1,7 @@
 // Package pgserver runs a throwaway PostgreSQL cluster from the locally
-// installed server binaries, for dev mode and tests. It favours speed over
-// durability (fsync and friends are off): never point it at data you want
-// to keep.
+// installed server binaries, for dev mode and tests. Unless asked to be
+// durable (Options.Durable) it favours speed over durability (fsync and
+// friends are off): never point it at data you want to keep.
 package pgserver
 
 import (
@@ -39,6 +39,11 @@ type Options struct {
 	// MaxConnections is max_connections; 0 means 300, enough for test
 	// binaries that open a pool per test.
 	MaxConnections int
+	// Durable keeps PostgreSQL's durable defaults (fsync, synchronous_commit
+	// and full_page_writes on): for benchmarks and crash tests. Otherwise
+	// the cluster trades durability for speed, which throwaway test
+	// databases do not need.
+	Durable bool
 	// Logf receives progress messages; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -52,6 +57,7 @@ type Server struct {
 	dataDir    string
 	port       int
 	maxConns   int
+	durable    bool
 	bin        string
 	asPostgres bool
 	logf       func(string, ...any)
@@ -147,6 +153,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		maxConns = 300
 	}
 	s.maxConns = maxConns
+	s.durable = opts.Durable
 	// A free port can be taken by someone else between probing and binding;
 	// retry with a fresh one rather than fail a whole test run.
 	attempts := 1
@@ -177,15 +184,16 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 func (s *Server) start(ctx context.Context, maxConns int) error {
 	logFile := filepath.Join(s.dir, "postgres.log")
 	// pg_ctl hands -o to /bin/sh, hence the shell quoting.
-	pgOpts := strings.Join([]string{
+	args := []string{
 		"-p", strconv.Itoa(s.port),
 		"-k", shellQuote(s.dir),
 		"-c", "listen_addresses=127.0.0.1",
 		"-c", "max_connections=" + strconv.Itoa(maxConns),
-		"-c", "fsync=off",
-		"-c", "synchronous_commit=off",
-		"-c", "full_page_writes=off",
-	}, " ")
+	}
+	if !s.durable {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	pgOpts := strings.Join(args, " ")
 	start := time.Now()
 	out, err := s.run(ctx, "pg_ctl", "-D", s.dataDir, "-l", logFile, "-o", pgOpts, "-w", "-t", "60", "start")
 	if err != nil {

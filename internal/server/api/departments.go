@@ -114,7 +114,7 @@ func (s *Departments) CreateDepartment(ctx context.Context, req *pb.CreateDepart
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	return create(ctx, s.db, a.Principal.Subject, "CreateDepartment", req.GetRequestId(), req,
+	return create(ctx, s.db, "", a.Principal.Subject, "CreateDepartment", req.GetRequestId(), req,
 		func() *pb.Department { return &pb.Department{} },
 		func(ctx context.Context, tx *store.Tx) (*pb.Department, error) {
 			row, err := s.tenancy.CreateDepartment(ctx, tx, a.Principal, req.GetRequestId(), tenancy.Department{
@@ -157,7 +157,7 @@ func (s *Departments) UpdateDepartment(ctx context.Context, req *pb.UpdateDepart
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	return mutate(ctx, s.db, func(ctx context.Context, tx *store.Tx) (*pb.Department, error) {
+	return mutate(ctx, s.db, "", func(ctx context.Context, tx *store.Tx) (*pb.Department, error) {
 		row, err := s.tenancy.UpdateDepartment(ctx, tx, a.Principal, id, d.GetEtag(), paths["quota_budget"], func(next *tenancy.Department) {
 			if paths["display_name"] {
 				next.DisplayName = d.GetDisplayName()
@@ -190,7 +190,7 @@ func (s *Departments) DeleteDepartment(ctx context.Context, req *pb.DeleteDepart
 	if err != nil {
 		return nil, err
 	}
-	return mutate(ctx, s.db, func(ctx context.Context, tx *store.Tx) (*emptypb.Empty, error) {
+	return mutate(ctx, s.db, "", func(ctx context.Context, tx *store.Tx) (*emptypb.Empty, error) {
 		return &emptypb.Empty{}, s.tenancy.DeleteDepartment(ctx, tx, a.Principal, id, req.GetEtag())
 	})
 }

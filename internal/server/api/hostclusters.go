@@ -151,7 +151,7 @@ func (s *HostClusters) CreateHostCluster(ctx context.Context, req *pb.CreateHost
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	return create(ctx, s.db, a.Principal.Subject, "CreateHostCluster", req.GetRequestId(), req,
+	return create(ctx, s.db, "", a.Principal.Subject, "CreateHostCluster", req.GetRequestId(), req,
 		func() *pb.HostCluster { return &pb.HostCluster{} },
 		func(ctx context.Context, tx *store.Tx) (*pb.HostCluster, error) {
 			row, err := s.fleet.Create(ctx, tx, a.Principal, req.GetRequestId(), h)
@@ -188,7 +188,7 @@ func (s *HostClusters) UpdateHostCluster(ctx context.Context, req *pb.UpdateHost
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	return mutate(ctx, s.db, func(ctx context.Context, tx *store.Tx) (*pb.HostCluster, error) {
+	return mutate(ctx, s.db, "", func(ctx context.Context, tx *store.Tx) (*pb.HostCluster, error) {
 		row, err := s.fleet.Update(ctx, tx, a.Principal, id, p.GetEtag(), func(next *fleet.HostCluster) {
 			if paths["display_name"] {
 				next.DisplayName = body.DisplayName
@@ -225,7 +225,7 @@ func (s *HostClusters) DeleteHostCluster(ctx context.Context, req *pb.DeleteHost
 	if err != nil {
 		return nil, err
 	}
-	return mutate(ctx, s.db, func(ctx context.Context, tx *store.Tx) (*emptypb.Empty, error) {
+	return mutate(ctx, s.db, "", func(ctx context.Context, tx *store.Tx) (*emptypb.Empty, error) {
 		return &emptypb.Empty{}, s.fleet.Delete(ctx, tx, a.Principal, id, req.GetEtag())
 	})
 }

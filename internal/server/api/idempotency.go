@@ -12,16 +12,17 @@ import (
 	"github.com/gpuplane/gpuplane/internal/store"
 )
 
-// create runs a create in one transaction, idempotently: unless (caller,
+// create runs a create in one transaction (of group, when not empty:
+// store.DB.InGroupTx; see tenancy.DepartmentGroup), idempotently: unless (caller,
 // method, requestID) was seen before, create runs inside the transaction
 // and its answer is stored with the change; a retry with the same key
 // replays the stored answer and writes nothing; the same key with a
 // different request is refused. Concurrent retries of one key serialise on
 // an advisory lock, so the second waits for the first and then replays it.
-func create[T proto.Message](ctx context.Context, db *store.DB, caller, method, requestID string, req proto.Message,
+func create[T proto.Message](ctx context.Context, db *store.DB, group, caller, method, requestID string, req proto.Message,
 	newResp func() T, fn func(ctx context.Context, tx *store.Tx) (T, error)) (T, error) {
 	var out T
-	err := db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+	err := db.InGroupTx(ctx, group, func(ctx context.Context, tx *store.Tx) error {
 		var err error
 		out, err = idempotent(ctx, tx, caller, method, requestID, req, newResp, func() (T, error) { return fn(ctx, tx) })
 		return err
@@ -71,11 +72,11 @@ func idempotent[T proto.Message](ctx context.Context, tx *store.Tx, caller, meth
 	return resp, store.StoreResponse(ctx, tx, caller, method, requestID, hash[:], out)
 }
 
-// mutate runs fn in one transaction and returns its answer (updates and
-// deletes: no request_id).
-func mutate[T any](ctx context.Context, db *store.DB, fn func(ctx context.Context, tx *store.Tx) (T, error)) (T, error) {
+// mutate runs fn in one transaction (of group, as for create) and returns
+// its answer (updates and deletes: no request_id).
+func mutate[T any](ctx context.Context, db *store.DB, group string, fn func(ctx context.Context, tx *store.Tx) (T, error)) (T, error) {
 	var out T
-	err := db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+	err := db.InGroupTx(ctx, group, func(ctx context.Context, tx *store.Tx) error {
 		var err error
 		out, err = fn(ctx, tx)
 		return err

@@ -106,7 +106,7 @@ func (s *Members) CreateMember(ctx context.Context, req *pb.CreateMemberRequest)
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	return create(ctx, s.db, a.Principal.Subject, "CreateMember", req.GetRequestId(), req,
+	return create(ctx, s.db, "", a.Principal.Subject, "CreateMember", req.GetRequestId(), req,
 		func() *pb.Member { return &pb.Member{} },
 		func(ctx context.Context, tx *store.Tx) (*pb.Member, error) {
 			row, err := s.tenancy.CreateMember(ctx, tx, a.Principal, req.GetRequestId(), t.Department, tenancy.Member{
@@ -138,7 +138,7 @@ func (s *Members) UpdateMember(ctx context.Context, req *pb.UpdateMemberRequest)
 		return nil, errs.InvalidField("member.role", "must be OWNER, MEMBER or VIEWER")
 	}
 	mask := req.GetUpdateMask().GetPaths()
-	return mutate(ctx, s.db, func(ctx context.Context, tx *store.Tx) (*pb.Member, error) {
+	return mutate(ctx, s.db, "", func(ctx context.Context, tx *store.Tx) (*pb.Member, error) {
 		row, err := s.tenancy.UpdateMember(ctx, tx, a.Principal, t.Department, t.ID, cur.ID, m.GetEtag(), tenancy.Role(m.GetRole().String()),
 			func(cur tenancy.Member) error {
 				before := memberToProto(cur)
@@ -164,7 +164,7 @@ func (s *Members) DeleteMember(ctx context.Context, req *pb.DeleteMemberRequest)
 	if !a.CanManageMembers(t.ID, t.Department) {
 		return nil, errs.PermissionDenied("only owners of %s and department admins manage its members", names.Team(t.ID))
 	}
-	return mutate(ctx, s.db, func(ctx context.Context, tx *store.Tx) (*emptypb.Empty, error) {
+	return mutate(ctx, s.db, "", func(ctx context.Context, tx *store.Tx) (*emptypb.Empty, error) {
 		return &emptypb.Empty{}, s.tenancy.DeleteMember(ctx, tx, a.Principal, t.Department, t.ID, cur.ID, req.GetEtag())
 	})
 }

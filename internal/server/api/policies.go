@@ -94,7 +94,7 @@ func (s *Policies) CreateApprovalPolicy(ctx context.Context, req *pb.CreateAppro
 	if _, err := policy.Compile(p.GetExpression()); err != nil {
 		return nil, err
 	}
-	return create(ctx, s.db, a.Principal.Subject, "CreateApprovalPolicy", req.GetRequestId(), req,
+	return create(ctx, s.db, "", a.Principal.Subject, "CreateApprovalPolicy", req.GetRequestId(), req,
 		func() *pb.ApprovalPolicy { return &pb.ApprovalPolicy{} },
 		func(ctx context.Context, tx *store.Tx) (*pb.ApprovalPolicy, error) {
 			row, err := request.CreatePolicy(ctx, tx, a.Principal, req.GetRequestId(), request.Policy{
@@ -129,7 +129,7 @@ func (s *Policies) UpdateApprovalPolicy(ctx context.Context, req *pb.UpdateAppro
 	if err != nil {
 		return nil, err
 	}
-	return mutate(ctx, s.db, func(ctx context.Context, tx *store.Tx) (*pb.ApprovalPolicy, error) {
+	return mutate(ctx, s.db, "", func(ctx context.Context, tx *store.Tx) (*pb.ApprovalPolicy, error) {
 		row, err := request.UpdatePolicy(ctx, tx, a.Principal, id, p.GetEtag(), func(next *request.Policy) {
 			if paths["display_name"] {
 				next.DisplayName = p.GetDisplayName()
@@ -158,7 +158,7 @@ func (s *Policies) DeleteApprovalPolicy(ctx context.Context, req *pb.DeleteAppro
 	if err != nil {
 		return nil, err
 	}
-	return mutate(ctx, s.db, func(ctx context.Context, tx *store.Tx) (*emptypb.Empty, error) {
+	return mutate(ctx, s.db, "", func(ctx context.Context, tx *store.Tx) (*emptypb.Empty, error) {
 		return &emptypb.Empty{}, request.DeletePolicy(ctx, tx, a.Principal, id, req.GetEtag())
 	})
 }

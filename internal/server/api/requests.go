@@ -261,7 +261,7 @@ func (s *Requests) CreateRequest(ctx context.Context, req *pb.CreateRequestReque
 	if err != nil {
 		return nil, err
 	}
-	return create(ctx, s.db, a.Principal.Subject, "CreateRequest", req.GetRequestId(), req,
+	return create(ctx, s.db, tenancy.DepartmentGroup(team.Department), a.Principal.Subject, "CreateRequest", req.GetRequestId(), req,
 		func() *pb.Request { return &pb.Request{} },
 		func(ctx context.Context, tx *store.Tx) (*pb.Request, error) {
 			row, err := s.requests.Create(ctx, tx, a.Principal, req.GetRequestId(), team, r.GetJustification(), p)

@@ -90,7 +90,7 @@ func (s *Teams) CreateTeam(ctx context.Context, req *pb.CreateTeamRequest) (*pb.
 	if customPool && !a.PlatformAdmin {
 		return nil, tenancy.CustomPoolDenied(req.GetTeamId())
 	}
-	return create(ctx, s.db, a.Principal.Subject, "CreateTeam", req.GetRequestId(), req,
+	return create(ctx, s.db, tenancy.DepartmentGroup(dept), a.Principal.Subject, "CreateTeam", req.GetRequestId(), req,
 		func() *pb.Team { return &pb.Team{} },
 		func(ctx context.Context, tx *store.Tx) (*pb.Team, error) {
 			row, err := s.tenancy.CreateTeam(ctx, tx, a.Principal, req.GetRequestId(), tenancy.Team{
@@ -130,7 +130,7 @@ func (s *Teams) UpdateTeam(ctx context.Context, req *pb.UpdateTeamRequest) (*pb.
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	return mutate(ctx, s.db, func(ctx context.Context, tx *store.Tx) (*pb.Team, error) {
+	return mutate(ctx, s.db, tenancy.DepartmentGroup(cur.Department), func(ctx context.Context, tx *store.Tx) (*pb.Team, error) {
 		row, err := s.tenancy.UpdateTeam(ctx, tx, a.Principal, cur.ID, cur.Department, t.GetEtag(), paths["quota"], func(cur tenancy.Team, next *tenancy.Team) error {
 			if dept := names.Department(cur.Department); (t.GetDepartment() != "" || slices.Contains(req.GetUpdateMask().GetPaths(), "department")) && t.GetDepartment() != dept {
 				return errs.InvalidField("team.department", "a team cannot move to another department (it is %s)", dept)
@@ -181,7 +181,7 @@ func (s *Teams) DeleteTeam(ctx context.Context, req *pb.DeleteTeamRequest) (*emp
 	if !a.CanManageTeam(cur.Department) {
 		return nil, errs.PermissionDenied("only platform admins and department admins delete teams")
 	}
-	return mutate(ctx, s.db, func(ctx context.Context, tx *store.Tx) (*emptypb.Empty, error) {
+	return mutate(ctx, s.db, tenancy.DepartmentGroup(cur.Department), func(ctx context.Context, tx *store.Tx) (*emptypb.Empty, error) {
 		return &emptypb.Empty{}, s.tenancy.DeleteTeam(ctx, tx, a.Principal, cur.ID, cur.Department, req.GetEtag())
 	})
 }

@@ -170,7 +170,7 @@ func (s *Webhooks) CreateWebhookSubscription(ctx context.Context, req *pb.Create
 	if err := s.urls().Check(ctx, "webhook_subscription.url", sub.URL); err != nil {
 		return nil, err
 	}
-	return create(ctx, s.db, a.Principal.Subject, "CreateWebhookSubscription", req.GetRequestId(), req,
+	return create(ctx, s.db, "", a.Principal.Subject, "CreateWebhookSubscription", req.GetRequestId(), req,
 		func() *pb.WebhookSubscription { return &pb.WebhookSubscription{} },
 		func(ctx context.Context, tx *store.Tx) (*pb.WebhookSubscription, error) {
 			row, err := webhook.Create(ctx, tx, a.Principal, req.GetRequestId(), sub)
@@ -228,7 +228,7 @@ func (s *Webhooks) UpdateWebhookSubscription(ctx context.Context, req *pb.Update
 			return nil, err
 		}
 	}
-	return mutate(ctx, s.db, func(ctx context.Context, tx *store.Tx) (*pb.WebhookSubscription, error) {
+	return mutate(ctx, s.db, "", func(ctx context.Context, tx *store.Tx) (*pb.WebhookSubscription, error) {
 		cur, a, err := s.manageable(ctx, tx, w.GetName(), true)
 		if err != nil {
 			return nil, err
@@ -256,7 +256,7 @@ func (s *Webhooks) UpdateWebhookSubscription(ctx context.Context, req *pb.Update
 
 // DeleteWebhookSubscription implements pb.WebhookServiceServer.
 func (s *Webhooks) DeleteWebhookSubscription(ctx context.Context, req *pb.DeleteWebhookSubscriptionRequest) (*emptypb.Empty, error) {
-	return mutate(ctx, s.db, func(ctx context.Context, tx *store.Tx) (*emptypb.Empty, error) {
+	return mutate(ctx, s.db, "", func(ctx context.Context, tx *store.Tx) (*emptypb.Empty, error) {
 		cur, a, err := s.manageable(ctx, tx, req.GetName(), true)
 		if err != nil {
 			return nil, err
@@ -276,7 +276,7 @@ func (s *Webhooks) RotateWebhookSecret(ctx context.Context, req *pb.RotateWebhoo
 			ttl = d.AsDuration()
 		}
 	}
-	return mutate(ctx, s.db, func(ctx context.Context, tx *store.Tx) (*pb.WebhookSubscription, error) {
+	return mutate(ctx, s.db, "", func(ctx context.Context, tx *store.Tx) (*pb.WebhookSubscription, error) {
 		cur, a, err := s.manageable(ctx, tx, req.GetName(), true)
 		if err != nil {
 			return nil, err
@@ -319,7 +319,7 @@ func (s *Webhooks) RedeliverWebhookDelivery(ctx context.Context, req *pb.Redeliv
 	if err != nil || id <= 0 {
 		return nil, errs.NotFound(req.GetName())
 	}
-	return mutate(ctx, s.db, func(ctx context.Context, tx *store.Tx) (*pb.WebhookDelivery, error) {
+	return mutate(ctx, s.db, "", func(ctx context.Context, tx *store.Tx) (*pb.WebhookDelivery, error) {
 		sub, _, err := s.manageable(ctx, tx, webhook.Name(parts[0]), false)
 		if err != nil {
 			return nil, err

@@ -19,6 +19,10 @@
 //     GPUPLANE_TEST_POSTGRES_IMAGE, default postgres:16-alpine).
 //  3. Local PostgreSQL server binaries, via internal/devenv/pgserver.
 //
+// Servers this package starts trade durability for speed, except in a
+// binary that runs benchmarks (-test.bench): there they keep PostgreSQL's
+// durable defaults, so that what is measured is what production does.
+//
 // If none works the test fails; it is never skipped.
 package storetest
 
@@ -28,6 +32,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
 	"net/url"
@@ -223,7 +228,9 @@ func setup() (*cluster, error) {
 		tried = append(tried, fmt.Sprintf("testcontainers: %v", err))
 	}
 
-	srv, err := pgserver.Start(ctx, pgserver.Options{})
+	// Benchmarks measure the database as it runs in production: a commit
+	// is answered once its WAL is on disk.
+	srv, err := pgserver.Start(ctx, pgserver.Options{Durable: benchmarking()})
 	if err == nil {
 		c, cerr := newCluster(ctx, "local binaries", srv.URL("postgres"), srv.Stop)
 		if cerr == nil {
@@ -263,10 +270,12 @@ func startContainer(ctx context.Context) (dsn string, stop func() error, err err
 	if image == "" {
 		image = defaultImage
 	}
+	cmd := []string{"postgres", "-c", "max_connections=300"}
+	if !benchmarking() {
+		cmd = append(cmd, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
 	ctr, err := tcpostgres.Run(ctx, image,
-		testcontainers.WithCmd("postgres",
-			"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-			"-c", "max_connections=300"),
+		testcontainers.WithCmd(cmd...),
 		tcpostgres.BasicWaitStrategies(),
 	)
 	stop = func() error { return testcontainers.TerminateContainer(ctr) }
@@ -280,6 +289,12 @@ func startContainer(ctx context.Context) (dsn string, stop func() error, err err
 		return "", nil, err
 	}
 	return dsn, stop, nil
+}
+
+// benchmarking reports a test binary running benchmarks (-test.bench).
+func benchmarking() bool {
+	f := flag.Lookup("test.bench")
+	return f != nil && f.Value.String() != ""
 }
 
 func newCluster(ctx context.Context, source, adminDSN string, stop func() error) (*cluster, error) {

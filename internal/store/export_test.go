@@ -1,0 +1,11 @@
+package store
+
+// GroupPending is how many members of key wait for the next batch.
+func GroupPending(db *DB, key string) int {
+	db.groups.mu.Lock()
+	defer db.groups.mu.Unlock()
+	if q := db.groups.byKey[key]; q != nil {
+		return len(q.pending)
+	}
+	return 0
+}
