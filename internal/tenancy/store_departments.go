@@ -42,9 +42,17 @@ func Budget(ctx context.Context, q store.Querier, dept string, lock bool) (quota
 		}, errs.NotFound(names.Department(dept)), dept)
 }
 
-// LockDepartment locks the department row and returns its budget.
+// LockDepartment locks the department row and returns its budget. The lock
+// is FOR NO KEY UPDATE: it serialises the changes that take or move quota,
+// but not the creation of teams without quota, whose foreign key check
+// only needs the row to stay (FOR KEY SHARE); deleting the department
+// (FOR UPDATE) still waits for both.
 func LockDepartment(ctx context.Context, tx *store.Tx, dept string) (quota.Resources, error) {
-	return Budget(ctx, tx, dept, true)
+	return store.GetOne(ctx, tx, `SELECT gpu_centi, cpu_millis, memory_bytes FROM departments WHERE id = $1 FOR NO KEY UPDATE`, false,
+		func(row pgx.Row) (quota.Resources, error) {
+			var r quota.Resources
+			return r, row.Scan(&r.GPU, &r.CPUMillis, &r.MemoryBytes)
+		}, errs.NotFound(names.Department(dept)), dept)
 }
 
 // DepartmentGroup is the store.DB.InGroupTx key of changes that lock

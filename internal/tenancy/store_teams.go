@@ -51,9 +51,17 @@ func insertTeam(ctx context.Context, tx *store.Tx, t Team) (Team, error) {
 		return row, poolTaken("team.node_pool", t.Pool)
 	case errs.KindOf(store.Classify(err)) == errs.KindAlreadyExists:
 		return row, errs.AlreadyExists(names.Team(t.ID))
+	case store.ConstraintName(err) == departmentConstraint:
+		// Only a create that did not lock the department first (its team
+		// takes no quota) gets here for a department that never existed.
+		return row, errs.NotFound(names.Department(t.Department))
 	}
 	return row, err
 }
+
+// departmentConstraint is the teams -> departments foreign key
+// (PostgreSQL's default name).
+const departmentConstraint = "teams_department_id_fkey"
 
 func updateTeam(ctx context.Context, tx *store.Tx, t Team) (Team, error) {
 	row, err := scanTeam(tx.QueryRow(ctx, `
