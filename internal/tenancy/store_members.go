@@ -86,13 +86,10 @@ type Grant struct {
 	Member           string // the member id that grants the role
 }
 
-// GrantsOf loads, in one query, every team role a user (by name or group)
-// holds and every department its groups administer.
-func GrantsOf(ctx context.Context, q store.Querier, username string, groups []string) ([]Grant, error) {
-	if groups == nil {
-		groups = []string{}
-	}
-	rows, err := q.Query(ctx, `
+// grantsSQL is GrantsOf's query as a WITH clause (user $1, groups $2), for
+// reads that load an object and the caller's grants in one statement.
+const grantsSQL = `
+	WITH grants (team_id, department_id, role, member_id) AS (
 		SELECT m.team_id, t.department_id, m.role, m.id
 		  FROM members m JOIN teams t ON t.id = m.team_id
 		 WHERE (m.principal_kind = 'user' AND m.principal = $1)
@@ -100,7 +97,42 @@ func GrantsOf(ctx context.Context, q store.Querier, username string, groups []st
 		UNION ALL
 		SELECT '', d.id, '', ''
 		  FROM departments d
-		 WHERE d.admin_groups && $2`, username, groups)
+		 WHERE d.admin_groups && $2)
+	`
+
+// GetTeamWithGrants is GetTeam (without lock) and GrantsOf in one
+// statement: one round trip for the read every team-scoped call starts
+// with. A missing team is NOT_FOUND and loads no grants.
+func GetTeamWithGrants(ctx context.Context, q store.Querier, id, username string, groups []string) (Team, []Grant, error) {
+	if groups == nil {
+		groups = []string{}
+	}
+	var grants struct{ teams, departments, roles, members []string }
+	t, err := store.GetOne(ctx, q, grantsSQL+`
+		SELECT `+teamColumns+`,
+		       ARRAY(SELECT team_id FROM grants), ARRAY(SELECT department_id FROM grants),
+		       ARRAY(SELECT role FROM grants), ARRAY(SELECT member_id FROM grants)
+		  FROM teams WHERE id = $3`, false,
+		func(row pgx.Row) (Team, error) {
+			return scanTeamWith(row, &grants.teams, &grants.departments, &grants.roles, &grants.members)
+		}, errs.NotFound(names.Team(id)), username, groups, id)
+	if err != nil {
+		return t, nil, err
+	}
+	out := make([]Grant, len(grants.teams))
+	for i := range out {
+		out[i] = Grant{Team: grants.teams[i], Department: grants.departments[i], Role: Role(grants.roles[i]), Member: grants.members[i]}
+	}
+	return t, out, nil
+}
+
+// GrantsOf loads, in one query, every team role a user (by name or group)
+// holds and every department its groups administer.
+func GrantsOf(ctx context.Context, q store.Querier, username string, groups []string) ([]Grant, error) {
+	if groups == nil {
+		groups = []string{}
+	}
+	rows, err := q.Query(ctx, grantsSQL+`SELECT team_id, department_id, role, member_id FROM grants`, username, groups)
 	if err != nil {
 		return nil, store.Classify(err)
 	}

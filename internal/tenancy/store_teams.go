@@ -24,11 +24,14 @@ const teamColumns = `uid, id, department_id, display_name, isolation_tier, node_
 // one team (migration 4).
 const poolConstraint = "teams_dedicated_node_pool"
 
-func scanTeam(row pgx.Row) (Team, error) {
+func scanTeam(row pgx.Row) (Team, error) { return scanTeamWith(row) }
+
+// scanTeamWith scans teamColumns and then more columns into more.
+func scanTeamWith(row pgx.Row, more ...any) (Team, error) {
 	var t Team
 	var autoSleep int64
-	err := row.Scan(&t.UID, &t.ID, &t.Department, &t.DisplayName, &t.Tier, &t.Pool, &t.Quota.GPU, &t.Quota.CPUMillis,
-		&t.Quota.MemoryBytes, &t.Version, &t.Created, &t.Updated, &autoSleep)
+	err := row.Scan(append([]any{&t.UID, &t.ID, &t.Department, &t.DisplayName, &t.Tier, &t.Pool, &t.Quota.GPU, &t.Quota.CPUMillis,
+		&t.Quota.MemoryBytes, &t.Version, &t.Created, &t.Updated, &autoSleep}, more...)...)
 	t.AutoSleepAfter = time.Duration(autoSleep) * time.Second
 	return t, err
 }

@@ -209,3 +209,69 @@ func TestGrantsOf(t *testing.T) {
 	})
 	wantReason(t, err, errs.KindAlreadyExists, errs.ReasonAlreadyExists)
 }
+
+// TestGetTeamWithGrantsMatchesTheTwoReads: the one-statement read returns
+// what GetTeam and GrantsOf return separately, for a member by name, a
+// member by group, a department admin and a stranger; and NOT_FOUND for a
+// missing team.
+func TestGetTeamWithGrantsMatchesTheTwoReads(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.must(f.tx(func(ctx context.Context, tx *store.Tx) error {
+		_, err := f.svc.CreateDepartment(ctx, tx, alice, "", tenancy.Department{ID: "d1", Budget: gpus(4), AdminGroups: []string{"d1-admins"}})
+		return err
+	}))
+	f.must(f.team("t1", "d1", tenancy.TierShared, gpus(1)))
+	f.must(f.team("t2", "d1", tenancy.TierShared, gpus(1)))
+	for _, m := range []tenancy.Member{
+		{Team: "t1", ID: "bob", Kind: tenancy.KindUser, Principal: "bob", Role: tenancy.RoleOwner},
+		{Team: "t2", ID: "devs", Kind: tenancy.KindGroup, Principal: "devs", Role: tenancy.RoleViewer},
+		{Team: "t1", ID: "devs", Kind: tenancy.KindGroup, Principal: "devs", Role: tenancy.RoleMember},
+	} {
+		f.must(f.tx(func(ctx context.Context, tx *store.Tx) error {
+			_, err := f.svc.CreateMember(ctx, tx, alice, "", "d1", m)
+			return err
+		}))
+	}
+	for _, who := range []struct {
+		user   string
+		groups []string
+	}{{"bob", nil}, {"carol", []string{"devs"}}, {"dora", []string{"d1-admins"}}, {"eve", []string{"others"}}, {"bob", []string{"devs", "d1-admins"}}} {
+		for _, team := range []string{"t1", "t2"} {
+			got, grants, err := tenancy.GetTeamWithGrants(f.ctx, f.db, team, who.user, who.groups)
+			f.must(err)
+			want, err := tenancy.GetTeam(f.ctx, f.db, team, false)
+			f.must(err)
+			wantGrants, err := tenancy.GrantsOf(f.ctx, f.db, who.user, who.groups)
+			f.must(err)
+			if got.UID != want.UID || got.ID != want.ID || got.Quota != want.Quota || got.Version != want.Version || !got.Created.Equal(want.Created) {
+				t.Errorf("%s/%s: team %+v, want %+v", who.user, team, got, want)
+			}
+			if !sameGrants(grants, wantGrants) {
+				t.Errorf("%s %v reading %s: grants %+v, want %+v", who.user, who.groups, team, grants, wantGrants)
+			}
+		}
+	}
+	if _, _, err := tenancy.GetTeamWithGrants(f.ctx, f.db, "nope", "bob", nil); errs.KindOf(err) != errs.KindNotFound {
+		t.Errorf("missing team: %v, want NOT_FOUND", err)
+	}
+}
+
+func sameGrants(a, b []tenancy.Grant) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	count := map[tenancy.Grant]int{}
+	for _, g := range a {
+		count[g]++
+	}
+	for _, g := range b {
+		count[g]--
+	}
+	for _, n := range count {
+		if n != 0 {
+			return false
+		}
+	}
+	return true
+}

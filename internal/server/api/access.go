@@ -18,15 +18,20 @@ func (s *API) access(ctx context.Context) (*identity.Access, error) {
 	if !ok {
 		return nil, errs.New(errs.KindUnauthenticated, errs.ReasonUnauthenticated, "no authenticated caller")
 	}
+	grants, err := tenancy.GrantsOf(ctx, s.db, p.Username, p.Groups)
+	if err != nil {
+		return nil, err
+	}
+	return s.accessFrom(p, grants), nil
+}
+
+// accessFrom is what p may do given its grants (tenancy.GrantsOf).
+func (s *API) accessFrom(p reqctx.Principal, grants []tenancy.Grant) *identity.Access {
 	a := &identity.Access{Principal: p, AdminOf: map[string]bool{}, Teams: map[string]identity.TeamGrant{}}
 	for _, g := range p.Groups {
 		if slices.Contains(s.adminGroups, g) {
 			a.PlatformAdmin = true
 		}
-	}
-	grants, err := tenancy.GrantsOf(ctx, s.db, p.Username, p.Groups)
-	if err != nil {
-		return nil, err
 	}
 	for _, gr := range grants {
 		if gr.Team == "" {
@@ -41,7 +46,7 @@ func (s *API) access(ctx context.Context) (*identity.Access, error) {
 		g.Via = append(g.Via, gr.Member)
 		a.Teams[gr.Team] = g
 	}
-	return a, nil
+	return a
 }
 
 // readScope is what a list may return to a: everything for platform
@@ -59,14 +64,16 @@ func (s *API) readableTeam(ctx context.Context, field, name string) (tenancy.Tea
 	if err != nil {
 		return tenancy.Team{}, nil, err
 	}
-	a, err := s.access(ctx)
-	if err != nil {
-		return tenancy.Team{}, nil, err
+	p, ok := reqctx.PrincipalFrom(ctx)
+	if !ok {
+		return tenancy.Team{}, nil, errs.New(errs.KindUnauthenticated, errs.ReasonUnauthenticated, "no authenticated caller")
 	}
-	t, err := tenancy.GetTeam(ctx, s.db, id, false)
+	// The team and the caller's grants in one statement (one round trip).
+	t, grants, err := tenancy.GetTeamWithGrants(ctx, s.db, id, p.Username, p.Groups)
 	if err != nil {
 		return t, nil, err
 	}
+	a := s.accessFrom(p, grants)
 	if !a.CanReadTeam(t.ID, t.Department) {
 		return tenancy.Team{}, nil, errs.NotFound(name)
 	}
