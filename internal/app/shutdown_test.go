@@ -18,8 +18,8 @@ import (
 
 // TestGracefulShutdown: calls in flight when the server is told to stop
 // (its Run context ends, as on SIGTERM) finish successfully, while both
-// ports refuse new connections at once. The calls are held in flight by a
-// row lock the test takes on the department they need.
+// ports refuse new connections at once. The calls are held in flight by
+// row locks the test takes on the departments they need.
 func TestGracefulShutdown(t *testing.T) {
 	t.Parallel()
 	e := apptest.Start(t, apptest.Options{Seed: true})
@@ -35,12 +35,16 @@ func TestGracefulShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lock.Rollback(ctx)
-	if _, err := lock.Exec(ctx, `SELECT 1 FROM departments WHERE id = 'research' FOR UPDATE`); err != nil {
+	// Two departments, one per call: changes of one department share a
+	// transaction (group commit), and each call must wait on a lock of its
+	// own to be seen waiting.
+	apiCreateDepartment(t, e, "alice", "shutdown-b", "Shutdown B", apiQuota("0", 4000, 0))
+	if _, err := lock.Exec(ctx, `SELECT 1 FROM departments WHERE id IN ('research', 'shutdown-b') FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
 
-	// A REST call and a gRPC call, both creating a team in the locked
-	// department, so both wait for the lock.
+	// A REST call and a gRPC call, each creating a team in a locked
+	// department, so both wait for a lock.
 	type result struct {
 		status int
 		body   string
@@ -66,7 +70,7 @@ func TestGracefulShutdown(t *testing.T) {
 	grpcCtx := e.As(t, "alice")
 	go func() {
 		_, err := e.Teams.CreateTeam(grpcCtx, &pb.CreateTeamRequest{TeamId: "slow-grpc", Team: &pb.Team{
-			Department: "departments/research", IsolationTier: pb.IsolationTier_SHARED, Quota: &pb.Quota{CpuMillis: 1000}}})
+			Department: "departments/shutdown-b", IsolationTier: pb.IsolationTier_SHARED, Quota: &pb.Quota{CpuMillis: 1000}}})
 		grpcDone <- err
 	}()
 
