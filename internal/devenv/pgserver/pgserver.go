@@ -1,7 +1,8 @@
 // Package pgserver runs a throwaway PostgreSQL cluster from the locally
-// installed server binaries, for dev mode and tests. Unless asked to be
-// durable (Options.Durable) it favours speed over durability (fsync and
-// friends are off): never point it at data you want to keep.
+// installed server binaries, for dev mode and tests. By default it favours
+// speed over durability (fsync and friends are off): never point it at data
+// you want to keep. Options.Durable keeps PostgreSQL's durable defaults for
+// benchmarks and tests that crash the server on purpose.
 package pgserver
 
 import (
@@ -39,10 +40,12 @@ type Options struct {
 	// MaxConnections is max_connections; 0 means 300, enough for test
 	// binaries that open a pool per test.
 	MaxConnections int
-	// Durable keeps PostgreSQL's durable defaults (fsync, synchronous_commit
-	// and full_page_writes on): for benchmarks and crash tests. Otherwise
-	// the cluster trades durability for speed, which throwaway test
-	// databases do not need.
+	// Durable runs PostgreSQL with its durable defaults (fsync,
+	// synchronous_commit and full_page_writes on, initdb syncing its files)
+	// instead of switching them off: for tests that kill the server
+	// (Server.Kill) and count on every committed transaction surviving, as
+	// with synchronous_commit off a commit is acknowledged before its WAL
+	// leaves shared memory.
 	Durable bool
 	// Logf receives progress messages; nil discards them.
 	Logf func(format string, args ...any)
@@ -80,7 +83,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{bin: bin, logf: logf, asPostgres: os.Geteuid() == 0}
+	s := &Server{bin: bin, logf: logf, asPostgres: os.Geteuid() == 0, durable: opts.Durable}
 
 	if opts.Dir == "" {
 		dir, err := os.MkdirTemp("", "gpuplane-pg-")
@@ -119,8 +122,11 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 
 	if _, err := os.Stat(filepath.Join(s.dataDir, "PG_VERSION")); errors.Is(err, os.ErrNotExist) {
 		start := time.Now()
-		if out, err := s.run(ctx, "initdb", "-D", s.dataDir, "-A", "trust", "-U", superuser,
-			"-E", "UTF8", "--no-locale", "--no-sync"); err != nil {
+		args := []string{"-D", s.dataDir, "-A", "trust", "-U", superuser, "-E", "UTF8", "--no-locale"}
+		if !s.durable {
+			args = append(args, "--no-sync")
+		}
+		if out, err := s.run(ctx, "initdb", args...); err != nil {
 			return fail(fmt.Errorf("pgserver: initdb: %w\n%s", err, out))
 		}
 		logf("pgserver: initdb in %s took %s", s.dataDir, time.Since(start).Round(time.Millisecond))
@@ -153,7 +159,6 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		maxConns = 300
 	}
 	s.maxConns = maxConns
-	s.durable = opts.Durable
 	// A free port can be taken by someone else between probing and binding;
 	// retry with a fresh one rather than fail a whole test run.
 	attempts := 1
@@ -321,7 +326,11 @@ func (s *Server) Stop() error {
 	s.stopOnce.Do(func() {
 		// Disarm the lifeline first so it cannot race the orderly stop.
 		err := s.line.Release()
-		err = errors.Join(err, s.pgCtlStop())
+		// Without a pid file no server runs (Kill removes it), and pg_ctl
+		// would fail to stop nothing.
+		if _, statErr := os.Stat(filepath.Join(s.dataDir, "postmaster.pid")); !errors.Is(statErr, os.ErrNotExist) {
+			err = errors.Join(err, s.pgCtlStop())
+		}
 		if s.removeDir {
 			if rmErr := os.RemoveAll(s.dir); rmErr != nil {
 				err = errors.Join(err, fmt.Errorf("pgserver: remove %s: %w", s.dir, rmErr))

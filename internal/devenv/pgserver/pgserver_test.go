@@ -209,3 +209,139 @@ func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
 }
+
+func showSettings(ctx context.Context, t *testing.T, dsn string) map[string]string {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	got := map[string]string{}
+	for _, name := range []string{"fsync", "synchronous_commit", "full_page_writes"} {
+		var v string
+		if err := conn.QueryRow(ctx, "SHOW "+name).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		got[name] = v
+	}
+	return got
+}
+
+// TestSettings: the default server trades durability for speed; a Durable
+// one keeps PostgreSQL's durable defaults.
+func TestSettings(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		durable bool
+		want    string
+	}{{false, "off"}, {true, "on"}} {
+		srv, err := Start(ctx, Options{Durable: tc.durable, Logf: t.Logf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, v := range showSettings(ctx, t, srv.URL("postgres")) {
+			if v != tc.want {
+				t.Errorf("Durable=%v: %s = %s, want %s", tc.durable, name, v, tc.want)
+			}
+		}
+		if err := srv.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestKillThenResume crashes a durable server with SIGKILL and starts it
+// again on the same directory: every process of the old server is gone
+// after Kill, the new one runs crash recovery, committed rows are back and
+// a transaction that was open at the crash is not.
+func TestKillThenResume(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := Start(ctx, Options{Durable: true, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop() })
+	if err := srv.CreateDatabase(ctx, "app", ""); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, srv.URL("app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE TABLE t (id int PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	const committed = 100
+	for i := range committed {
+		if _, err := conn.Exec(ctx, "INSERT INTO t VALUES ($1)", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open, err := pgx.Connect(ctx, srv.URL("app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open.Exec(ctx, "BEGIN; INSERT INTO t VALUES (-1)"); err != nil {
+		t.Fatal(err)
+	}
+
+	pid, err := srv.postmasterPID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kids := childrenOf(pid)
+	if len(kids) < 2 { // at least the two client backends
+		t.Fatalf("postmaster %d has children %v, want its backends and helpers", pid, kids)
+	}
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range append([]int{pid}, kids...) {
+		if processAlive(p) {
+			t.Errorf("process %d of the killed server still running", p)
+		}
+	}
+	if _, err := conn.Exec(ctx, "SELECT 1"); err == nil {
+		t.Error("a connection to the killed server still answers")
+	}
+	conn.Close(ctx)
+	open.Close(ctx)
+
+	if err := srv.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.ReadFile(filepath.Join(srv.Dir(), "postgres.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What PostgreSQL logs when the last shutdown was no shutdown at all.
+	if !strings.Contains(string(log), "automatic recovery in progress") {
+		t.Errorf("no crash recovery in the log after Kill:\n%s", log)
+	}
+	conn, err = pgx.Connect(ctx, srv.URL("app"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n, uncommitted int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FILTER (WHERE id >= 0), count(*) FILTER (WHERE id < 0) FROM t").Scan(&n, &uncommitted); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+	if n != committed || uncommitted != 0 {
+		t.Errorf("after crash recovery: %d committed rows (want %d), %d uncommitted (want 0)", n, committed, uncommitted)
+	}
+
+	// Stop after a Kill has nothing to shut down, and still cleans up.
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatalf("Stop after Kill: %v", err)
+	}
+	if exists(srv.Dir()) {
+		t.Errorf("dir %s still exists after Stop", srv.Dir())
+	}
+}
