@@ -165,3 +165,16 @@ func (s *Server) authenticate(ctx context.Context, md metadata.MD) (identity.Pri
 	}
 	return s.auth.Verify(ctx, raw)
 }
+
+// chainUnary composes interceptors into one, the first outermost.
+func chainUnary(first grpc.UnaryServerInterceptor, rest ...grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+	if len(rest) == 0 {
+		return first
+	}
+	inner := chainUnary(rest[0], rest[1:]...)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		return first(ctx, req, info, func(ctx context.Context, req any) (any, error) {
+			return inner(ctx, req, info, handler)
+		})
+	}
+}

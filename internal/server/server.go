@@ -87,9 +87,12 @@ type Server struct {
 	grpc     *grpc.Server
 	health   *health.Server
 	http     *http.Server
-	gwConn   *grpc.ClientConn
-	lisGRPC  net.Listener
-	lisHTTP  net.Listener
+	// gwConn is the loopback connection to our own gRPC port, for the
+	// gateway's streams; inproc serves its unary calls (inprocess.go).
+	gwConn  *grpc.ClientConn
+	inproc  *inProcessConn
+	lisGRPC net.Listener
+	lisHTTP net.Listener
 	// metricsHTTP and lisMetrics are nil without Config.MetricsAddr.
 	metricsHTTP *http.Server
 	lisMetrics  net.Listener
@@ -129,32 +132,43 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.lisGRPC = newDrainListener(s.lisGRPC) // see Shutdown
 
-	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.unaryChain, annotateSpan), grpc.ChainStreamInterceptor(s.streamChain),
-		grpc.MaxRecvMsgSize(int(cfg.MaxRequestBytes)), grpcServerTracing(cfg.TracerProvider))
+	// One unary interceptor, built once, for the gRPC server and the
+	// gateway's in-process calls alike, so the two cannot drift apart.
+	unary := chainUnary(s.unaryChain, annotateSpan)
+	serverStats := grpcServerTracing(cfg.TracerProvider)
+	s.grpc = grpc.NewServer(grpc.UnaryInterceptor(unary), grpc.ChainStreamInterceptor(s.streamChain),
+		grpc.MaxRecvMsgSize(int(cfg.MaxRequestBytes)), grpc.StatsHandler(serverStats))
+	clientStats := grpcClientTracing(cfg.TracerProvider)
+	s.inproc = &inProcessConn{log: s.log, methods: map[string]inProcessMethod{}, unary: unary,
+		clientStats: clientStats, serverStats: serverStats}
+	// Every API service is served by the gRPC server and in-process by the
+	// same implementation.
+	reg := serviceRegistrar{grpc: s.grpc, conn: s.inproc}
 	svc := cfg.Services
-	gpuplanev1.RegisterDepartmentServiceServer(s.grpc, svc.Departments)
-	gpuplanev1.RegisterTeamServiceServer(s.grpc, svc.Teams)
-	gpuplanev1.RegisterMemberServiceServer(s.grpc, svc.Members)
-	gpuplanev1.RegisterIdentityServiceServer(s.grpc, svc.Identity)
-	gpuplanev1.RegisterAuditServiceServer(s.grpc, svc.Audit)
-	gpuplanev1.RegisterVirtualClusterServiceServer(s.grpc, svc.VirtualCluster)
-	gpuplanev1.RegisterRequestServiceServer(s.grpc, svc.Requests)
-	gpuplanev1.RegisterApprovalPolicyServiceServer(s.grpc, svc.Policies)
+	gpuplanev1.RegisterDepartmentServiceServer(reg, svc.Departments)
+	gpuplanev1.RegisterTeamServiceServer(reg, svc.Teams)
+	gpuplanev1.RegisterMemberServiceServer(reg, svc.Members)
+	gpuplanev1.RegisterIdentityServiceServer(reg, svc.Identity)
+	gpuplanev1.RegisterAuditServiceServer(reg, svc.Audit)
+	gpuplanev1.RegisterVirtualClusterServiceServer(reg, svc.VirtualCluster)
+	gpuplanev1.RegisterRequestServiceServer(reg, svc.Requests)
+	gpuplanev1.RegisterApprovalPolicyServiceServer(reg, svc.Policies)
 	if svc.HostClusters != nil {
-		gpuplanev1.RegisterHostClusterServiceServer(s.grpc, svc.HostClusters)
+		gpuplanev1.RegisterHostClusterServiceServer(reg, svc.HostClusters)
 	}
-	gpuplanev1.RegisterWatchServiceServer(s.grpc, svc.Watch)
-	gpuplanev1.RegisterWebhookServiceServer(s.grpc, svc.Webhooks)
+	gpuplanev1.RegisterWatchServiceServer(reg, svc.Watch)
+	gpuplanev1.RegisterWebhookServiceServer(reg, svc.Webhooks)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 
-	// The gateway dials our own gRPC port so REST calls pass the very same
-	// interceptor chain (authentication, logging, metrics, error mapping).
-	// No idle timeout: the connection must stay up while Shutdown drains,
-	// when the gRPC port no longer accepts new connections.
+	// The gateway's streams dial our own gRPC port (unary calls run
+	// in-process, inprocess.go), so they pass the very same interceptor
+	// chain (authentication, logging, metrics, error mapping). No idle
+	// timeout: the connection must stay up while Shutdown drains, when the
+	// gRPC port no longer accepts new connections.
 	s.gwConn, err = grpc.NewClient(s.lisGRPC.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithIdleTimeout(0), grpcClientTracing(cfg.TracerProvider), grpc.WithChainUnaryInterceptor(s.checkTextClient))
+		grpc.WithIdleTimeout(0), grpc.WithStatsHandler(clientStats))
 	if err != nil {
 		s.closeListeners()
 		return nil, fmt.Errorf("dial own gRPC port: %w", err)
@@ -184,24 +198,24 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		runtime.WithStreamErrorHandler(streamErrorHandler),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, newRESTMarshaler()),
 	)
-	for _, register := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
-		gpuplanev1.RegisterDepartmentServiceHandler,
-		gpuplanev1.RegisterTeamServiceHandler,
-		gpuplanev1.RegisterMemberServiceHandler,
-		gpuplanev1.RegisterIdentityServiceHandler,
-		gpuplanev1.RegisterAuditServiceHandler,
-		gpuplanev1.RegisterVirtualClusterServiceHandler,
-		gpuplanev1.RegisterRequestServiceHandler,
-		gpuplanev1.RegisterApprovalPolicyServiceHandler,
-		gpuplanev1.RegisterHostClusterServiceHandler,
-		gpuplanev1.RegisterWatchServiceHandler,
-		gpuplanev1.RegisterWebhookServiceHandler,
-	} {
-		if err := register(ctx, gw, s.gwConn); err != nil {
-			s.gwConn.Close()
-			s.closeListeners()
-			return nil, fmt.Errorf("register gateway: %w", err)
-		}
+	s.inproc.loopback = s.gwConn
+	conn := s.inproc
+	if err := errors.Join(
+		gpuplanev1.RegisterDepartmentServiceHandlerClient(ctx, gw, gpuplanev1.NewDepartmentServiceClient(conn)),
+		gpuplanev1.RegisterTeamServiceHandlerClient(ctx, gw, gpuplanev1.NewTeamServiceClient(conn)),
+		gpuplanev1.RegisterMemberServiceHandlerClient(ctx, gw, gpuplanev1.NewMemberServiceClient(conn)),
+		gpuplanev1.RegisterIdentityServiceHandlerClient(ctx, gw, gpuplanev1.NewIdentityServiceClient(conn)),
+		gpuplanev1.RegisterAuditServiceHandlerClient(ctx, gw, gpuplanev1.NewAuditServiceClient(conn)),
+		gpuplanev1.RegisterVirtualClusterServiceHandlerClient(ctx, gw, gpuplanev1.NewVirtualClusterServiceClient(conn)),
+		gpuplanev1.RegisterRequestServiceHandlerClient(ctx, gw, gpuplanev1.NewRequestServiceClient(conn)),
+		gpuplanev1.RegisterApprovalPolicyServiceHandlerClient(ctx, gw, gpuplanev1.NewApprovalPolicyServiceClient(conn)),
+		gpuplanev1.RegisterHostClusterServiceHandlerClient(ctx, gw, gpuplanev1.NewHostClusterServiceClient(conn)),
+		gpuplanev1.RegisterWatchServiceHandlerClient(ctx, gw, gpuplanev1.NewWatchServiceClient(conn)),
+		gpuplanev1.RegisterWebhookServiceHandlerClient(ctx, gw, gpuplanev1.NewWebhookServiceClient(conn)),
+	); err != nil {
+		s.gwConn.Close()
+		s.closeListeners()
+		return nil, fmt.Errorf("register gateway: %w", err)
 	}
 
 	openapiYAML := api.OpenAPI
@@ -308,11 +322,16 @@ func (s *Server) Serve() error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.health.Shutdown()
 	// Both ports refuse new connections from now on; REST calls in flight
-	// still reach the gRPC server over the gateway's open connection.
+	// still reach the services (in-process, and streams over the gateway's
+	// open connection).
 	if d, ok := s.lisGRPC.(*drainListener); ok {
 		d.drain()
 	}
 	herr := s.http.Shutdown(ctx)
+	// The HTTP server waited for its calls; in-process calls of REST
+	// requests it gave up on (ctx ended) are cut off here, and any call
+	// from now on is refused with UNAVAILABLE.
+	_ = s.inproc.gate.close(ctx)
 	done := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(done) }()
 	select {

@@ -17,8 +17,8 @@ import (
 )
 
 // Tracing: otelhttp spans on the HTTP listener, otelgrpc spans on the gRPC
-// server and on the gateway's client connection (which carries the HTTP
-// span's context into the gRPC call), and the request id and subject on
+// server and on the gateway's client side (which carries the HTTP span's
+// context into the gRPC call; in-process calls run both stats handlers), and the request id and subject on
 // the gRPC server span. Metrics stay with Prometheus; the OpenTelemetry
 // instrumentations get a no-op meter.
 
@@ -27,21 +27,25 @@ func untracedGRPC(info *stats.RPCTagInfo) bool {
 	return !strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.Health/")
 }
 
-func grpcServerTracing(tp trace.TracerProvider) grpc.ServerOption {
-	return grpc.StatsHandler(otelgrpc.NewServerHandler(
+// grpcServerTracing is the gRPC server's stats handler; in-process calls
+// (inprocess.go) run it too.
+func grpcServerTracing(tp trace.TracerProvider) stats.Handler {
+	return otelgrpc.NewServerHandler(
 		otelgrpc.WithTracerProvider(telemetry.OrNoop(tp)),
 		otelgrpc.WithPropagators(telemetry.Propagator()),
 		otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
 		otelgrpc.WithFilter(untracedGRPC),
-	))
+	)
 }
 
-func grpcClientTracing(tp trace.TracerProvider) grpc.DialOption {
-	return grpc.WithStatsHandler(otelgrpc.NewClientHandler(
+// grpcClientTracing is the gateway's client stats handler, on the loopback
+// connection and for in-process calls alike.
+func grpcClientTracing(tp trace.TracerProvider) stats.Handler {
+	return otelgrpc.NewClientHandler(
 		otelgrpc.WithTracerProvider(telemetry.OrNoop(tp)),
 		otelgrpc.WithPropagators(telemetry.Propagator()),
 		otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
-	))
+	)
 }
 
 // httpTracing traces HTTP requests except the probe and scrape endpoints.

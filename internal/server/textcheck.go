@@ -1,14 +1,12 @@
 package server
 
 import (
-	"context"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -20,7 +18,8 @@ import (
 // is an internal error, not the caller's 400. One check runs before any
 // handler: checkText walks every string of the request message (gRPC
 // callers: the server interceptor, fields named by their proto names; REST
-// callers: the gateway's client interceptor, JSON names), and
+// callers: the gateway's in-process call before that, JSON names,
+// inprocess.go), and
 // checkRawRequest looks at the raw REST path and query first.
 
 // checkText returns INVALID_ARGUMENT naming the first string field of m
@@ -94,18 +93,6 @@ func badValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, path string
 		return badText(v.Message(), path, jsonNames)
 	}
 	return "", ""
-}
-
-// checkTextClient is the gateway's client interceptor: a REST call's
-// message, filled from path, query and body, is checked before it is
-// marshalled (invalid UTF-8 would fail there, as an internal error).
-func (s *Server) checkTextClient(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if m, ok := req.(proto.Message); ok {
-		if err := checkText(m, true); err != nil {
-			return toStatus(ctx, s.log, err)
-		}
-	}
-	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
 // checkRawRequest refuses a REST path or query that is not UTF-8 without
