@@ -311,7 +311,7 @@ func BenchmarkResyncUnchanged(b *testing.B) {
 	}
 	h.waitIdle(b)
 	stop()
-	stopSimulating() // the control planes stay READY; nothing is timed with it running
+	stopSimulating()   // the control planes stay READY; nothing is timed with it running
 	concurrency := 4   // reconcile.Config's default
 	interval := 5 * 60 // seconds, reconcile.Config's default Resync
 
