@@ -2,10 +2,12 @@ package hostcluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,11 +22,17 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+
+	rcommon "helm.sh/helm/v4/pkg/release/common"
 
 	"github.com/gpuplane/gpuplane/internal/quota"
 )
@@ -49,6 +57,7 @@ type Client struct {
 	config    *rest.Config
 	kube      kubernetes.Interface
 	dyn       dynamic.Interface
+	meta      metadata.Interface
 	discovery discovery.CachedDiscoveryInterface
 	mapper    meta.RESTMapper
 	settings  Settings
@@ -60,6 +69,15 @@ type Client struct {
 
 	mapMu        sync.Mutex
 	mapSupported *bool
+
+	// appliedMu guards applied and verified (applied.go).
+	appliedMu sync.Mutex
+	// applied is what the last successful Apply of each virtual cluster
+	// left on the host, by virtual cluster name.
+	applied map[string]appliedRecord
+	// verified holds, by policy name, the versions of admission objects
+	// whose enforcement was verified.
+	verified map[string]string
 }
 
 // New builds a Client. It does not contact the API server.
@@ -74,6 +92,10 @@ func New(config *rest.Config, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("hostcluster: %w", err)
 	}
 	dyn, err := dynamic.NewForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("hostcluster: %w", err)
+	}
+	md, err := metadata.NewForConfig(config)
 	if err != nil {
 		return nil, fmt.Errorf("hostcluster: %w", err)
 	}
@@ -92,12 +114,15 @@ func New(config *rest.Config, opts Options) (*Client, error) {
 		config:    config,
 		kube:      kube,
 		dyn:       dyn,
+		meta:      md,
 		discovery: dc,
 		mapper:    mapper,
 		settings:  opts.Settings.withDefaults(),
 		log:       log,
 		tracer:    tracer,
 		charts:    map[string]*loadedChart{},
+		applied:   map[string]appliedRecord{},
+		verified:  map[string]string{},
 	}, nil
 }
 
@@ -156,12 +181,18 @@ func (s Steps) Of(step Step) (StepResult, bool) {
 // admission guardrails, network policy, then the vCluster release. Every
 // object is written with server-side apply and Force, so hand edits of
 // fields gpuplane owns are reverted. It stops at the first failing step
-// (later steps depend on earlier ones) and returns the results so far.
+// (later steps depend on earlier ones) and returns the results so far; the
+// one exception is the guardrails' enforcement check for a new namespace,
+// which runs alongside the network policy and release steps (see
+// StepGuardrails below) and is finished before the team's access.
 func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 	if err := vc.Validate(); err != nil {
 		return nil, err
 	}
 	var steps Steps
+	wrap := func(step Step, err error) error {
+		return fmt.Errorf("hostcluster: apply %s of virtual cluster %s: %w", step, vc.Name, err)
+	}
 	run := func(step Step, f func(ctx context.Context) (string, error)) error {
 		sctx, span := c.tracer.Start(ctx, "hostcluster.Apply "+string(step))
 		start := time.Now()
@@ -169,20 +200,26 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		steps = append(steps, StepResult{Step: step, Err: err, Detail: detail, Duration: time.Since(start)})
 		endSpan(span, err)
 		if err != nil {
-			return fmt.Errorf("hostcluster: apply %s of virtual cluster %s: %w", step, vc.Name, err)
+			return wrap(step, err)
 		}
 		return nil
 	}
 	apply := metav1.ApplyOptions{FieldManager: FieldManager, Force: true}
+	// versions of what this Apply wrote, remembered when it succeeds
+	// (applied.go).
+	versions := map[string]string{}
 
+	newNamespace := false
 	if err := run(StepNamespace, func(ctx context.Context) (string, error) {
-		ns, err := c.kube.CoreV1().Namespaces().Apply(ctx, RenderNamespace(vc, c.settings), apply)
+		ns, created, err := c.applyNamespace(ctx, RenderNamespace(vc, c.settings))
 		if err != nil {
 			return "", err
 		}
 		if ns.DeletionTimestamp != nil {
 			return "", fmt.Errorf("namespace %s is being deleted; retry once it is gone", ns.Name)
 		}
+		newNamespace = created
+		versions[versionNamespace] = objectVersion(ns.UID, ns.ResourceVersion)
 		return "namespace " + ns.Name, nil
 	}); err != nil {
 		return steps, err
@@ -191,9 +228,11 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 	if err := run(StepQueues, func(ctx context.Context) (string, error) {
 		var names []string
 		for _, q := range RenderQueues(vc, c.settings) {
-			if _, err := c.dyn.Resource(QueueGVR).Apply(ctx, q.GetName(), q, apply); err != nil {
+			have, err := c.dyn.Resource(QueueGVR).Apply(ctx, q.GetName(), q, apply)
+			if err != nil {
 				return strings.Join(names, ", "), fmt.Errorf("queue %s: %w", q.GetName(), err)
 			}
+			versions[queueVersionKey(have.GetName())] = specVersion(have.GetUID(), have.GetGeneration())
 			names = append(names, q.GetName())
 		}
 		return "queues " + strings.Join(names, " > "), nil
@@ -201,42 +240,125 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		return steps, err
 	}
 
+	// The guardrails' enforcement check runs in the step itself, except for
+	// a namespace this Apply created: then it runs alongside the network
+	// policy and release steps and is joined before the team's access
+	// (joinGuardrails). That ordering is safe because a tenant pod reaches
+	// the host namespace only through the vCluster syncer, as the copy of a
+	// pod created inside the virtual cluster, and nobody can create one
+	// there before this Apply has succeeded:
+	//   - members sign in to the virtual API server only with OIDC, and may
+	//     do nothing there until StepTenantAccess, after the join, binds
+	//     their roles; the virtual cluster is brand new (its data lives in
+	//     the namespace just created), so no earlier binding survives;
+	//   - gpuplane hands out kubeconfigs (and break-glass ones) only for a
+	//     virtual cluster in a reachable phase, which it reaches only after
+	//     an Apply returned without error, i.e. after the join;
+	//   - the release itself only creates the control plane's own pods,
+	//     which the guardrails do not restrict (and the Pod Security level
+	//     of the namespace, applied above, is in force at once).
+	// A namespace that already existed keeps the strict order (check, then
+	// release): it may hold a running virtual cluster whose members are
+	// already bound.
+	//
+	// The check in flight waits only for the validating policy: it alone
+	// keeps every pod within the rules (a KAI pod the mutating policy has
+	// not labelled yet is refused, not let through). Each policy kind is
+	// loaded by its own loop in the API server, once a second, so waiting
+	// for both costs the slower of two; the mutating policy is verified by
+	// the next Apply instead, which a new virtual cluster always gets (it
+	// is looked at again until its control plane is up).
+	var (
+		verifying   chan error // the enforcement check in flight, if any
+		guardStart  time.Time
+		guardDetail string
+		guardIndex  int
+		guardKey    string
+		mutating    bool
+		desiredVC   = vc // with SliceNodes, for the fingerprint
+		policyName  = PolicyName(vc.Name)
+	)
+	joinGuardrails := func() error {
+		if verifying == nil {
+			return nil
+		}
+		err := <-verifying
+		verifying = nil
+		r := &steps[guardIndex]
+		r.Duration = time.Since(guardStart)
+		if err != nil {
+			r.Err = err
+			return wrap(StepGuardrails, err)
+		}
+		r.Detail = guardDetail
+		if mutating {
+			r.Detail = "validating and mutating policies " + policyName + ", enforcement of the validating policy verified (the mutating one is verified by the next apply)"
+		} else {
+			c.rememberVerified(policyName, guardKey)
+		}
+		return nil
+	}
 	if err := run(StepGuardrails, func(ctx context.Context) (string, error) {
+		guardStart = time.Now()
 		if c.settings.Profile(vc.Tier).OwnScheduler {
 			nodes, err := c.sliceNodes(ctx, vc)
 			if err != nil {
 				return "", err
 			}
 			vc.SliceNodes = nodes
+			desiredVC = vc
 		}
-		mutating, err := c.MutatingAdmissionPolicySupported()
+		var err error
+		mutating, err = c.MutatingAdmissionPolicySupported()
 		if err != nil {
 			return "", err
 		}
 		g := RenderGuardrails(vc, c.settings, mutating)
 		adm := c.kube.AdmissionregistrationV1()
-		if _, err := adm.ValidatingAdmissionPolicies().Apply(ctx, g.Validating, apply); err != nil {
+		vap, err := adm.ValidatingAdmissionPolicies().Apply(ctx, g.Validating, apply)
+		if err != nil {
 			return "", fmt.Errorf("validating policy: %w", err)
 		}
-		if _, err := adm.ValidatingAdmissionPolicyBindings().Apply(ctx, g.ValidatingBinding, apply); err != nil {
+		versions[policyVersionKey(vapKind)] = specVersion(vap.UID, vap.Generation)
+		vapb, err := adm.ValidatingAdmissionPolicyBindings().Apply(ctx, g.ValidatingBinding, apply)
+		if err != nil {
 			return "", fmt.Errorf("validating policy binding: %w", err)
 		}
-		if !mutating {
-			if err := c.verifyGuardrails(ctx, vc, false); err != nil {
-				return "", err
+		versions[policyVersionKey(vapbKind)] = specVersion(vapb.UID, vapb.Generation)
+		guardDetail = "validating policy " + *g.Validating.Name + ", enforcement verified (no MutatingAdmissionPolicy on this server: pods must set " + KAIQueueLabel + " themselves)"
+		if mutating {
+			mp, err := adm.MutatingAdmissionPolicies().Apply(ctx, g.Mutating, apply)
+			if err != nil {
+				return "", fmt.Errorf("mutating policy: %w", err)
 			}
-			return "validating policy " + *g.Validating.Name + ", enforcement verified (no MutatingAdmissionPolicy on this server: pods must set " + KAIQueueLabel + " themselves)", nil
+			versions[policyVersionKey(mapKind)] = specVersion(mp.UID, mp.Generation)
+			mpb, err := adm.MutatingAdmissionPolicyBindings().Apply(ctx, g.MutatingBinding, apply)
+			if err != nil {
+				return "", fmt.Errorf("mutating policy binding: %w", err)
+			}
+			versions[policyVersionKey(mapbKind)] = specVersion(mpb.UID, mpb.Generation)
+			guardDetail = "validating and mutating policies " + *g.Validating.Name + ", enforcement verified"
 		}
-		if _, err := adm.MutatingAdmissionPolicies().Apply(ctx, g.Mutating, apply); err != nil {
-			return "", fmt.Errorf("mutating policy: %w", err)
+		guardKey = guardrailVersions(versions, mutating)
+		switch {
+		case c.enforcementVerified(policyName, guardKey):
+			return guardDetail + " (unchanged since)", nil
+		case newNamespace:
+			guardIndex = len(steps) // this step's result, appended by run
+			verifying = make(chan error, 1)
+			go func() {
+				vctx, span := c.tracer.Start(ctx, "hostcluster.Apply GuardrailsEnforced")
+				err := c.verifyGuardrails(vctx, vc, false)
+				endSpan(span, err)
+				verifying <- err
+			}()
+			return "policies applied, enforcement being verified", nil
 		}
-		if _, err := adm.MutatingAdmissionPolicyBindings().Apply(ctx, g.MutatingBinding, apply); err != nil {
-			return "", fmt.Errorf("mutating policy binding: %w", err)
-		}
-		if err := c.verifyGuardrails(ctx, vc, true); err != nil {
+		if err := c.verifyGuardrails(ctx, vc, mutating); err != nil {
 			return "", err
 		}
-		return "validating and mutating policies " + *g.Validating.Name + ", enforcement verified", nil
+		c.rememberVerified(policyName, guardKey)
+		return guardDetail, nil
 	}); err != nil {
 		return steps, err
 	}
@@ -246,8 +368,12 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		if err != nil {
 			return "", err
 		}
+		versions[versionNetpol] = specVersion(np.UID, np.Generation)
 		return "network policy " + np.Name, nil
 	}); err != nil {
+		if jerr := joinGuardrails(); jerr != nil {
+			return steps, jerr // the earlier step's failure comes first
+		}
 		return steps, err
 	}
 
@@ -256,6 +382,7 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		if err != nil {
 			return "", err
 		}
+		versions[versionRelease] = releaseStateVersion(&ReleaseState{Status: string(rcommon.StatusDeployed), Revision: r.Revision, ValuesHash: r.ValuesHash})
 		if err := c.checkControlPlaneAdmitted(ctx, vc); err != nil {
 			return "", err
 		}
@@ -269,6 +396,12 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		}
 		return detail, nil
 	}); err != nil {
+		if jerr := joinGuardrails(); jerr != nil {
+			return steps, jerr
+		}
+		return steps, err
+	}
+	if err := joinGuardrails(); err != nil {
 		return steps, err
 	}
 
@@ -280,7 +413,32 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 	}); err != nil {
 		return steps, err
 	}
+	desired, err := c.fingerprint(ctx, desiredVC, mutating)
+	if err != nil {
+		return steps, err
+	}
+	c.remember(vc.Name, desired, versions)
 	return steps, nil
+}
+
+// applyNamespace applies the namespace and reports whether this request
+// created it (the API server answers 201 then), which the typed client
+// does not tell.
+func (c *Client) applyNamespace(ctx context.Context, ac *corev1ac.NamespaceApplyConfiguration) (*corev1.Namespace, bool, error) {
+	body, err := json.Marshal(ac)
+	if err != nil {
+		return nil, false, err
+	}
+	var code int
+	ns := &corev1.Namespace{}
+	err = c.kube.CoreV1().RESTClient().Patch(types.ApplyPatchType).
+		Resource("namespaces").Name(*ac.Name).
+		VersionedParams(&metav1.PatchOptions{FieldManager: FieldManager, Force: ptr.To(true)}, scheme.ParameterCodec).
+		Body(body).Do(ctx).StatusCode(&code).Into(ns)
+	if err != nil {
+		return nil, false, err
+	}
+	return ns, code == http.StatusCreated, nil
 }
 
 // checkControlPlaneAdmitted dry-runs the vCluster control plane pod (the
@@ -320,6 +478,13 @@ func (c *Client) checkControlPlaneAdmitted(ctx context.Context, vc VirtualCluste
 // guardrailProbeTimeout bounds how long Apply waits for new or changed
 // admission policies to take effect.
 var guardrailProbeTimeout = 15 * time.Second
+
+// guardrailProbeInterval is how often a policy not in force yet is probed
+// again. The API server loads new policies once a second, so this is what
+// the wait overshoots by, against one dry-run pod (API server CPU) per
+// probe: 50 ms doubled the probes of 100 provisioning at once and slowed
+// them down.
+const guardrailProbeInterval = 100 * time.Millisecond
 
 // verifyGuardrails waits until the API server enforces the policies just
 // applied. Admission policies are loaded asynchronously (an informer in every
@@ -413,7 +578,7 @@ func (c *Client) verifyGuardrails(ctx context.Context, vc VirtualCluster, mutati
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-time.After(100 * time.Millisecond):
+			case <-time.After(guardrailProbeInterval):
 			}
 		}
 	}
@@ -516,6 +681,9 @@ type Observed struct {
 	// namespace (label vcluster.loft.sh/managed-by=<release>) that are not
 	// already terminating.
 	WorkloadPods int
+
+	// versions of the objects Apply writes, as read (applied.go).
+	versions map[string]string
 }
 
 // Asleep reports whether the host shows vc asleep: everything Apply keeps
@@ -573,9 +741,13 @@ func (c *Client) Observe(ctx context.Context, vc VirtualCluster) (Observed, erro
 		return false, err
 	}
 
-	_, err := c.kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	o.versions = map[string]string{}
+	nsObj, err := c.kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 	if o.NamespaceExists, err = exists(err); err != nil {
 		return o, err
+	}
+	if o.NamespaceExists {
+		o.versions[versionNamespace] = objectVersion(nsObj.UID, nsObj.ResourceVersion)
 	}
 
 	for _, want := range RenderQueues(vc, c.settings) {
@@ -586,6 +758,7 @@ func (c *Client) Observe(ctx context.Context, vc VirtualCluster) (Observed, erro
 			return o, err
 		}
 		if qs.Exists {
+			o.versions[queueVersionKey(qs.Name)] = specVersion(have.GetUID(), have.GetGeneration())
 			qs.Drift = queueDrift(want, have)
 			if level == LevelLeaf {
 				o.Allocated = parseAllocated(have)
@@ -606,48 +779,60 @@ func (c *Client) Observe(ctx context.Context, vc VirtualCluster) (Observed, erro
 		return o, err
 	} else if !ok {
 		o.GuardrailsPresent = false
-	} else if vap.Status.TypeChecking != nil {
-		for _, w := range vap.Status.TypeChecking.ExpressionWarnings {
-			o.GuardrailWarnings = append(o.GuardrailWarnings, w.FieldRef+": "+w.Warning)
+	} else {
+		o.versions[policyVersionKey(vapKind)] = specVersion(vap.UID, vap.Generation)
+		if vap.Status.TypeChecking != nil {
+			for _, w := range vap.Status.TypeChecking.ExpressionWarnings {
+				o.GuardrailWarnings = append(o.GuardrailWarnings, w.FieldRef+": "+w.Warning)
+			}
 		}
 	}
-	checks := []func() error{
-		func() error {
-			_, err := adm.ValidatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
-			return err
+	// Each check returns the object's metadata (nil with the error).
+	checks := map[string]func() (metav1.Object, error){
+		vapbKind: func() (metav1.Object, error) {
+			return adm.ValidatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
 		},
 	}
 	if mutating {
-		checks = append(checks,
-			func() error {
-				_, err := adm.MutatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
-				return err
-			},
-			func() error {
-				_, err := adm.MutatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
-				return err
-			})
+		checks[mapKind] = func() (metav1.Object, error) {
+			return adm.MutatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
+		}
+		checks[mapbKind] = func() (metav1.Object, error) {
+			return adm.MutatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
+		}
 	}
-	for _, check := range checks {
-		ok, err := exists(check())
+	for _, kind := range []string{vapbKind, mapKind, mapbKind} {
+		check := checks[kind]
+		if check == nil {
+			continue
+		}
+		obj, err := check()
+		ok, err := exists(err)
 		if err != nil {
 			return o, err
 		}
 		o.GuardrailsPresent = o.GuardrailsPresent && ok
+		if ok {
+			o.versions[policyVersionKey(kind)] = specVersion(obj.GetUID(), obj.GetGeneration())
+		}
 	}
 
 	if !o.NamespaceExists {
 		return o, nil
 	}
-	_, err = c.kube.NetworkingV1().NetworkPolicies(ns).Get(ctx, NetworkPolicyName, metav1.GetOptions{})
+	np, err := c.kube.NetworkingV1().NetworkPolicies(ns).Get(ctx, NetworkPolicyName, metav1.GetOptions{})
 	if o.NetworkPolicyPresent, err = exists(err); err != nil {
 		return o, err
 	}
+	if o.NetworkPolicyPresent {
+		o.versions[versionNetpol] = specVersion(np.UID, np.Generation)
+	}
 
-	if o.Release, err = c.releaseState(vc.Name); err != nil {
+	if o.Release, err = c.releaseFromLabels(ctx, vc.Name); err != nil {
 		return o, fmt.Errorf("hostcluster: read release: %w", err)
 	}
 	if o.Release != nil {
+		o.versions[versionRelease] = releaseStateVersion(o.Release)
 		want, err := c.desiredValuesHash(ctx, vc)
 		if err != nil {
 			return o, err

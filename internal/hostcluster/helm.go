@@ -1,6 +1,7 @@
 package hostcluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,8 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -19,6 +23,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"helm.sh/helm/v4/pkg/action"
+	chartutil "helm.sh/helm/v4/pkg/chart/common/util"
 	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/chart/v2/loader"
 	"helm.sh/helm/v4/pkg/cli"
@@ -27,6 +32,7 @@ import (
 	helmrelease "helm.sh/helm/v4/pkg/release"
 	rcommon "helm.sh/helm/v4/pkg/release/common"
 	releasev1 "helm.sh/helm/v4/pkg/release/v1"
+	"helm.sh/helm/v4/pkg/storage"
 	"helm.sh/helm/v4/pkg/storage/driver"
 
 	"github.com/gpuplane/gpuplane/internal/vclusterversions"
@@ -51,6 +57,64 @@ type ChartSource struct {
 type loadedChart struct {
 	chart  *chart.Chart
 	digest string
+
+	// schema is the chart's values schema, compiled once (compiling the
+	// 117 KB vCluster schema took as long as the rest of an install's
+	// client-side work); nil when the chart has none or it needs what only
+	// Helm's own validation resolves (see compileSchema).
+	schemaOnce sync.Once
+	schema     *jsonschema.Schema
+}
+
+// validate is validateChartValues with the compiled schema.
+func (lc *loadedChart) validate(values map[string]any) error {
+	lc.schemaOnce.Do(func() { lc.schema = compileSchema(lc.chart) })
+	if lc.schema == nil {
+		return validateChartValues(lc.chart, values)
+	}
+	merged, err := chartutil.CoalesceValues(lc.chart, values)
+	if err != nil {
+		return fmt.Errorf("hostcluster: merge values with chart %s defaults: %w", lc.chart.Name(), err)
+	}
+	if err := lc.schema.Validate(merged.AsMap()); err != nil {
+		// Worded as Helm words it (ValidateAgainstSchema), so the
+		// ValuesError reads the same either way.
+		detail := strings.TrimPrefix(err.Error(), "jsonschema validation failed with 'file:///values.schema.json#'\n")
+		return &ValuesError{Chart: lc.chart.Name(), Version: lc.chart.Metadata.Version, Detail: strings.TrimSpace(lc.chart.Name() + ":\n" + detail)}
+	}
+	return nil
+}
+
+// compileSchema compiles the chart's values.schema.json as Helm does, or
+// returns nil to leave validation to Helm: for a chart without a schema,
+// with subcharts (validated against their own schemas), or whose schema
+// refers to other documents (Helm's loaders fetch those).
+func compileSchema(ch *chart.Chart) *jsonschema.Schema {
+	if len(ch.Schema) == 0 || len(ch.Dependencies()) > 0 {
+		return nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(ch.Schema))
+	if err != nil {
+		return nil
+	}
+	compiler := jsonschema.NewCompiler()
+	compiler.UseLoader(noLoader{})
+	if err := compiler.AddResource("file:///values.schema.json", doc); err != nil {
+		return nil
+	}
+	schema, err := compiler.Compile("file:///values.schema.json")
+	if err != nil {
+		return nil
+	}
+	return schema
+}
+
+// noLoader refuses every external document, so a schema that needs one is
+// not compiled here (compileSchema) rather than compiled differently.
+type noLoader struct{}
+
+func (noLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("external schema %s not loaded", url)
 }
 
 func (c *Client) loadChart(ctx context.Context, version string) (*loadedChart, error) {
@@ -142,7 +206,7 @@ type ReleaseResult struct {
 // namespace (which must exist). Values are validated against the chart's
 // schema before anything is sent. When the deployed release already has the same values and
 // chart (compared by a hash stored as a release label) nothing is sent to the
-// API server, so a resync costs one Secret read. It never waits for pods:
+// API server, so a resync costs one metadata list. It never waits for pods:
 // readiness is Observe's business.
 func (c *Client) EnsureRelease(ctx context.Context, vc VirtualCluster) (ReleaseResult, error) {
 	if err := vc.Validate(); err != nil {
@@ -161,6 +225,17 @@ func (c *Client) EnsureRelease(ctx context.Context, vc VirtualCluster) (ReleaseR
 	labels := map[string]string{releaseLabelValuesHash: hash, releaseLabelGeneration: fmt.Sprint(vc.Generation)}
 
 	ns, name := NamespaceName(vc.Name), ReleaseName(vc.Name)
+	// The common case, a deployed release with these values, is answered
+	// from the release records' labels alone; anything else goes through
+	// Helm's storage, which decodes the records.
+	st, err := c.releaseFromLabels(ctx, vc.Name)
+	if err != nil {
+		return res, fmt.Errorf("hostcluster: read release %s/%s: %w", ns, name, err)
+	}
+	if st != nil && st.Status == string(rcommon.StatusDeployed) && st.ValuesHash == hash {
+		res.Action, res.Revision = "unchanged", st.Revision
+		return res, nil
+	}
 	cfg, err := c.helmConfig(ns)
 	if err != nil {
 		return res, err
@@ -208,7 +283,7 @@ func (c *Client) EnsureRelease(ctx context.Context, vc VirtualCluster) (ReleaseR
 	// Validated only when something will be sent: values that match the
 	// deployed hash were validated when they were deployed, and compiling
 	// the 117 KB vCluster schema is the most expensive part of a resync.
-	if err := validateChartValues(lc.chart, values); err != nil {
+	if err := lc.validate(values); err != nil {
 		return res, err
 	}
 	timeout := c.helmTimeout(ctx)
@@ -274,31 +349,6 @@ func (c *Client) UninstallRelease(ctx context.Context, vcName string) error {
 	return nil
 }
 
-// releaseState reads the last revision of the release, or nil.
-func (c *Client) releaseState(vcName string) (*ReleaseState, error) {
-	ns, name := NamespaceName(vcName), ReleaseName(vcName)
-	cfg, err := c.helmConfig(ns)
-	if err != nil {
-		return nil, err
-	}
-	last, err := cfg.Releases.Last(name)
-	if errors.Is(err, driver.ErrReleaseNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	acc, err := helmrelease.NewAccessor(last)
-	if err != nil {
-		return nil, err
-	}
-	return &ReleaseState{
-		Status:     acc.Status(),
-		Revision:   acc.Version(),
-		ValuesHash: acc.Labels()[releaseLabelValuesHash],
-	}, nil
-}
-
 func releaseVersion(rel helmrelease.Releaser) int {
 	if acc, err := helmrelease.NewAccessor(rel); err == nil {
 		return acc.Version()
@@ -336,6 +386,9 @@ func (c *Client) helmConfig(namespace string) (*action.Configuration, error) {
 	if err := cfg.Init(getter, namespace, "secret"); err != nil {
 		return nil, fmt.Errorf("hostcluster: helm configuration: %w", err)
 	}
+	d := newReleaseSecrets(c.kube.CoreV1().Secrets(namespace))
+	d.SetLogger(c.log.Handler())
+	cfg.Releases = storage.Init(d)
 	return cfg, nil
 }
 

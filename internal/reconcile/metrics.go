@@ -225,6 +225,19 @@ func (h *instrumentedHost) Observe(ctx context.Context, vc hostcluster.VirtualCl
 	return obs, err
 }
 
+// Unchanged forwards to the host when it can tell (unchangedChecker);
+// otherwise every resync takes the full path.
+func (h *instrumentedHost) Unchanged(ctx context.Context, vc hostcluster.VirtualCluster, o hostcluster.Observed) (bool, error) {
+	u, ok := h.Host.(unchangedChecker)
+	if !ok {
+		return false, nil
+	}
+	ctx, done := h.step(ctx, "unchanged")
+	same, err := u.Unchanged(ctx, vc, o)
+	done(err)
+	return same, err
+}
+
 func (h *instrumentedHost) Delete(ctx context.Context, vc hostcluster.VirtualCluster) error {
 	setKind(ctx, KindDelete)
 	ctx, done := h.step(ctx, "delete")

@@ -131,30 +131,44 @@ func (w *Worker) converge(ctx context.Context, c claim, d desiredState, host Hos
 	}
 
 	var drift []string
-	// Drift is a difference from a state the host already reached; a new
-	// generation (a resize, sleep or wake) is a change, not drift.
-	if d.vc.Phase != vcs.PhaseProvisioning && d.vc.ObservedGeneration == d.vc.Generation {
+	var obs hostcluster.Observed
+	unchanged := false
+	// The host already reflects this generation: a resync, or another look
+	// at a virtual cluster whose control plane is starting. What the host
+	// shows may make Apply unnecessary (unchanged).
+	if d.vc.ObservedGeneration == d.vc.Generation {
 		w.step("observe-before")
 		before, err := host.Observe(ctx, d.host)
 		if err != nil {
 			return err
 		}
-		drift = describeDrift(before)
+		// Drift is a difference from a state the host already reached; a
+		// new generation (a resize, sleep or wake) is a change, not drift,
+		// and neither is anything missing before provisioning finished.
+		if d.vc.Phase != vcs.PhaseProvisioning {
+			drift = describeDrift(before)
+		}
+		if unchanged, err = w.unchanged(ctx, host, d, before); err != nil {
+			return err
+		}
+		obs = before
 	}
-	w.step("apply")
-	steps, applyErr := host.Apply(ctx, d.host)
-	if applyErr != nil && hostClusterDown(applyErr) {
-		return applyErr // not this virtual cluster's failure: no step is to blame
-	}
-	if applyErr != nil {
-		// Record which step broke, then let fail() decide retry vs FAILED.
-		_ = w.writeStatus(ctx, d, conditionsFromSteps(d.vc.Conditions, steps, d.vc.Generation), "", nil, nil)
-		return applyErr
-	}
-	w.step("observe")
-	obs, err := host.Observe(ctx, d.host)
-	if err != nil {
-		return err
+	if !unchanged {
+		w.step("apply")
+		steps, applyErr := host.Apply(ctx, d.host)
+		if applyErr != nil && hostClusterDown(applyErr) {
+			return applyErr // not this virtual cluster's failure: no step is to blame
+		}
+		if applyErr != nil {
+			// Record which step broke, then let fail() decide retry vs FAILED.
+			_ = w.writeStatus(ctx, d, conditionsFromSteps(d.vc.Conditions, steps, d.vc.Generation), "", nil, nil)
+			return applyErr
+		}
+		w.step("observe")
+		var err error
+		if obs, err = host.Observe(ctx, d.host); err != nil {
+			return err
+		}
 	}
 	if d.host.Sleep {
 		return w.recordSleep(ctx, c, d, obs, drift)
@@ -183,6 +197,28 @@ func (w *Worker) converge(ctx context.Context, c claim, d desiredState, host Hos
 	return w.recordOutcome(ctx, c, d, conds, phase, msg, obs, drift, phase == vcs.PhaseReady)
 }
 
+// unchangedChecker is implemented by hosts that can tell, from an
+// observation, that Apply would write nothing (hostcluster.Client.Unchanged).
+type unchangedChecker interface {
+	Unchanged(ctx context.Context, vc hostcluster.VirtualCluster, o hostcluster.Observed) (bool, error)
+}
+
+// unchanged reports whether a reconcile may skip Apply (and the second
+// Observe): the observation shows nothing Apply would act on (no drift,
+// the team's access in sync, no workload pod left on a sleeping one), and
+// the host confirms that every object it applied is exactly as its last
+// Apply of this same desired state left it. That turns the resync of an
+// untouched virtual cluster, and each look at one whose control plane is
+// still starting, into reads only. Anything else takes the full path,
+// which repairs what it finds.
+func (w *Worker) unchanged(ctx context.Context, host Host, d desiredState, before hostcluster.Observed) (bool, error) {
+	u, ok := host.(unchangedChecker)
+	if !ok || len(describeDrift(before)) > 0 || !before.TenantAccessInSync() || (d.host.Sleep && before.WorkloadPods > 0) {
+		return false, nil
+	}
+	return u.Unchanged(ctx, d.host, before)
+}
+
 // recordOutcome stores what a reconcile saw, audits repaired drift, and
 // finishes the work item when the host reached the desired state (done);
 // otherwise (the control plane or kubeconfig is not there yet, or not
@@ -190,8 +226,10 @@ func (w *Worker) converge(ctx context.Context, c claim, d desiredState, host Hos
 func (w *Worker) recordOutcome(ctx context.Context, c claim, d desiredState, conds []vcs.Condition, phase vcs.Phase, msg string,
 	obs hostcluster.Observed, drift []string, done bool) error {
 	w.step("record-status")
-	if err := w.writeStatus(ctx, d, conds, phase, &msg, &obs); err != nil {
-		return err
+	if !statusUnchanged(d.vc, conds, phase, msg, obs) {
+		if err := w.writeStatus(ctx, d, conds, phase, &msg, &obs); err != nil {
+			return err
+		}
 	}
 	if len(drift) > 0 {
 		w.Log.Info("repaired drift on the host cluster", "virtual_cluster", d.vc.ID, "drift", drift)
@@ -255,6 +293,35 @@ func (w *Worker) writeStatus(ctx context.Context, d desiredState, conds []vcs.Co
 		}
 		return nil
 	})
+}
+
+// statusUnchanged reports whether writeStatus would leave the virtual
+// cluster as it was loaded: same phase at an already observed generation,
+// same conditions, message, allocation and endpoint (the common outcome of
+// a resync). Its transaction is then skipped: requests up to that
+// generation were settled when it was first observed, and there is no
+// change to record. A row changed since it was loaded is no reason to
+// write either: whoever changed it queued a reconcile of its own.
+func statusUnchanged(cur vcs.VirtualCluster, conds []vcs.Condition, phase vcs.Phase, msg string, obs hostcluster.Observed) bool {
+	if phase == "" || phase != cur.Phase || cur.ObservedGeneration != cur.Generation ||
+		truncate(msg, 2000) != cur.StatusMessage || obs.Endpoint != cur.Endpoint {
+		return false
+	}
+	if a := obs.Allocated; a != nil &&
+		(quota.Resources{GPU: quota.GPU(a.GPUCenti), CPUMillis: a.CPUMillis, MemoryBytes: a.MemoryBytes}) != cur.Allocated {
+		return false
+	}
+	if len(conds) != len(cur.Conditions) {
+		return false
+	}
+	for i, c := range conds {
+		p := cur.Conditions[i]
+		if c.Type != p.Type || c.Status != p.Status || c.Reason != p.Reason || c.Message != p.Message ||
+			c.ObservedGeneration != p.ObservedGeneration || !c.LastTransitionTime.Equal(p.LastTransitionTime) {
+			return false
+		}
+	}
+	return true
 }
 
 // statusChanged compares the status as the API renders it.
