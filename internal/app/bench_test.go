@@ -455,23 +455,10 @@ type quotaBody struct {
 	MemoryBytes int64  `json:"memoryBytes"`
 }
 
-// restCreateTeam is one POST /v1/teams, the way a client sends it.
+// restCreateTeam is one POST /v1/teams of a team without quota, the way a
+// client sends it.
 func (f *appFixture) restCreateTeam(ctx context.Context, dept, id string) error {
-	body, err := json.Marshal(teamBody{
-		Department: "departments/" + dept, DisplayName: "Team " + id, IsolationTier: "SHARED",
-		Quota: quotaBody{GPU: "0"},
-	})
-	if err != nil {
-		return err
-	}
-	var out teamJSON
-	if err := f.do(ctx, "POST", "/v1/teams?team_id="+id, body, &out); err != nil {
-		return err
-	}
-	if out.Name != "teams/"+id {
-		return fmt.Errorf("created %q, want teams/%s", out.Name, id)
-	}
-	return nil
+	return f.doCreateTeam(ctx, dept, id, quotaBody{GPU: "0"})
 }
 
 // doCreateTeam is POST /v1/teams with a quota.

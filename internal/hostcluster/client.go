@@ -1070,6 +1070,9 @@ func (c *Client) Delete(ctx context.Context, vc VirtualCluster) error {
 	if err := vc.Validate(); err != nil {
 		return err
 	}
+	// Whatever its last Apply wrote is going away: no resync may skip on
+	// its record, and the record must not outlive the virtual cluster.
+	c.forget(vc.Name)
 	gone := func(err error) error {
 		if err == nil || apierrors.IsNotFound(err) {
 			return nil

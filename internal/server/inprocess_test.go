@@ -229,7 +229,7 @@ func TestRESTPassesTheGRPCChain(t *testing.T) {
 func attr(s tracetest.SpanStub, key string) string {
 	for _, kv := range s.Attributes {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""

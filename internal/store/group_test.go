@@ -217,7 +217,12 @@ func TestGroupTxKeysAreIndependent(t *testing.T) {
 	ctx := testCtx(t)
 	db, rows := groupFixture(t)
 	release, blocker := queueBehind(t, ctx, db, "dept-d")
-	defer func() { release(); <-blocker }()
+	defer func() {
+		release()
+		if err := <-blocker; err != nil {
+			t.Error(err)
+		}
+	}()
 	if err := db.InGroupTx(ctx, "dept-e", func(ctx context.Context, tx *store.Tx) error { return insertMember(ctx, tx, "other") }); err != nil {
 		t.Fatal(err)
 	}
