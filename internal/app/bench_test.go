@@ -477,8 +477,8 @@ func (f *appFixture) doCreateTeam(ctx context.Context, dept, id string, q quotaB
 	return nil
 }
 
-// departmentWithBudget creates department id with budget (once per
-// benchmark binary run: later calls find it).
+// departmentWithBudget creates department id with budget in this
+// benchmark's own database (startApp).
 func (f *appFixture) departmentWithBudget(b *testing.B, id string, budget *pb.Quota) string {
 	b.Helper()
 	_, err := f.env.Departments.CreateDepartment(f.rpc, &pb.CreateDepartmentRequest{

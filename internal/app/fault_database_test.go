@@ -32,52 +32,21 @@ import (
 func TestDatabaseRestartUnderLoad(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pg, err := pgserver.Start(ctx, pgserver.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Stop() })
-	if err := pg.CreateDatabase(ctx, "gpuplane", ""); err != nil {
-		t.Fatal(err)
-	}
-	dsn := pg.URL("gpuplane")
-	if err := store.MigrateUp(ctx, dsn); err != nil {
-		t.Fatal(err)
-	}
-	e := apptest.Start(t, apptest.Options{Seed: true, Config: func(c *app.Config) { c.DatabaseURL = dsn }})
+	pg, e := appOnOwnPostgres(t, pgserver.Options{})
 	bob, alice := e.As(t, "bob"), e.As(t, "alice")
 
 	const clients = 16
 	var (
-		mu          sync.Mutex
-		acked       []string // requests whose create answered OK
-		approved    []string // requests whose approval answered OK
-		codesSeen   = map[string]map[codes.Code]int{}
-		noRetryHint int
-		lastOK      atomic.Int64 // unix nanos of the latest successful call
+		mu       sync.Mutex
+		acked    []string     // requests whose create answered OK
+		approved []string     // requests whose approval answered OK
+		lastOK   atomic.Int64 // unix nanos of the latest successful call
 	)
+	var tally callTally
 	note := func(phase string, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		c := status.Code(err)
-		if codesSeen[phase] == nil {
-			codesSeen[phase] = map[codes.Code]int{}
-		}
-		codesSeen[phase][c]++
-		if c == codes.OK {
+		tally.note(phase, err)
+		if err == nil {
 			lastOK.Store(time.Now().UnixNano())
-			return
-		}
-		if c == codes.Unavailable {
-			hinted := false
-			for _, d := range status.Convert(err).Details() {
-				if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay().AsDuration() > 0 {
-					hinted = true
-				}
-			}
-			if !hinted {
-				noRetryHint++
-			}
 		}
 	}
 	var phase atomic.Value
@@ -178,22 +147,10 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	t.Logf("PostgreSQL fast shutdown took %s; down %s; calls by phase and code: %v", down.Sub(haltStart).Round(time.Millisecond),
-		back.Sub(down).Round(time.Millisecond), codesSeen)
+		back.Sub(down).Round(time.Millisecond), tally.counts())
 	t.Logf("acknowledged: %d creates, %d approvals; first success %s after PostgreSQL accepted connections again",
 		len(acked), len(approved), recovered.Round(time.Millisecond))
-	for p, byCode := range codesSeen {
-		for c, n := range byCode {
-			if c != codes.OK && c != codes.Unavailable {
-				t.Errorf("%s: %d calls answered %v (want OK or UNAVAILABLE only)", p, n, c)
-			}
-		}
-	}
-	if codesSeen["outage"][codes.Unavailable] == 0 {
-		t.Errorf("no call saw UNAVAILABLE during the outage: %v", codesSeen["outage"])
-	}
-	if noRetryHint > 0 {
-		t.Errorf("%d UNAVAILABLE answers carried no RetryInfo", noRetryHint)
-	}
+	tally.check(t, "outage")
 	if recovered == 0 || recovered > 5*time.Second {
 		t.Errorf("calls succeeded again %s after the database returned, want within 5s", recovered)
 	}
@@ -238,5 +195,84 @@ func TestDatabaseRestartUnderLoad(t *testing.T) {
 	if found != len(acked) || foundApproved != len(approved) {
 		sort.Strings(ids)
 		t.Errorf("acknowledged writes lost: creates %d of %d found, approvals %d of %d", found, len(acked), foundApproved, len(approved))
+	}
+}
+
+// appOnOwnPostgres starts a PostgreSQL server for this test alone (opts),
+// migrates a database on it and starts the app against it, for tests that
+// stop or crash the database.
+func appOnOwnPostgres(t *testing.T, opts pgserver.Options) (*pgserver.Server, *apptest.Env) {
+	t.Helper()
+	ctx := context.Background()
+	pg, err := pgserver.Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pg.Stop() })
+	if err := pg.CreateDatabase(ctx, "gpuplane", ""); err != nil {
+		t.Fatal(err)
+	}
+	dsn := pg.URL("gpuplane")
+	if err := store.MigrateUp(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	return pg, apptest.Start(t, apptest.Options{Seed: true, Config: func(c *app.Config) { c.DatabaseURL = dsn }})
+}
+
+// callTally counts the answers of a database fault test by phase and code,
+// and the UNAVAILABLE answers that carry no retry hint.
+type callTally struct {
+	mu          sync.Mutex
+	byPhase     map[string]map[codes.Code]int
+	noRetryHint int
+}
+
+func (c *callTally) note(phase string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	code := status.Code(err)
+	if c.byPhase == nil {
+		c.byPhase = map[string]map[codes.Code]int{}
+	}
+	if c.byPhase[phase] == nil {
+		c.byPhase[phase] = map[codes.Code]int{}
+	}
+	c.byPhase[phase][code]++
+	if code != codes.Unavailable {
+		return
+	}
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay().AsDuration() > 0 {
+			return
+		}
+	}
+	c.noRetryHint++
+}
+
+// counts are the answers so far by phase and code (for logs).
+func (c *callTally) counts() map[string]map[codes.Code]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byPhase
+}
+
+// check fails t for any answer but OK and UNAVAILABLE, for an UNAVAILABLE
+// without a retry hint, and when no call saw UNAVAILABLE in downPhase.
+func (c *callTally) check(t *testing.T, downPhase string) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for p, byCode := range c.byPhase {
+		for code, n := range byCode {
+			if code != codes.OK && code != codes.Unavailable {
+				t.Errorf("%s: %d calls answered %v (want OK or UNAVAILABLE only)", p, n, code)
+			}
+		}
+	}
+	if c.byPhase[downPhase][codes.Unavailable] == 0 {
+		t.Errorf("no call saw UNAVAILABLE in phase %q: %v", downPhase, c.byPhase[downPhase])
+	}
+	if c.noRetryHint > 0 {
+		t.Errorf("%d UNAVAILABLE answers carried no RetryInfo", c.noRetryHint)
 	}
 }

@@ -126,8 +126,8 @@ func (c *Client) forget(vcName string) {
 
 // Unchanged reports whether the host still holds exactly what this Client's
 // last successful Apply of vc wrote, for the same desired state, as o (from
-// Observe, just now) shows it, and the guardrails' enforcement was
-// verified: then Apply would write nothing and can be skipped. It is false
+// Observe, just now) shows it (a successful Apply verified the guardrails'
+// enforcement): then Apply would write nothing and can be skipped. It is false
 // when this Client never applied vc (a new worker process applies
 // everything once), when anything differs, and once the record is older
 // than fullApplyInterval.
@@ -152,11 +152,6 @@ func (c *Client) Unchanged(ctx context.Context, vc VirtualCluster, o Observed) (
 	mutating, err := c.MutatingAdmissionPolicySupported()
 	if err != nil {
 		return false, err
-	}
-	if !c.enforcementVerified(PolicyName(vc.Name), guardrailVersions(rec.versions, mutating)) {
-		// The last Apply left part of the check to the next one (a new
-		// namespace's mutating policy, see Apply).
-		return false, nil
 	}
 	desired, err := c.fingerprint(ctx, vc, mutating)
 	if err != nil {

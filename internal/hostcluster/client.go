@@ -2,12 +2,10 @@ package hostcluster
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,12 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -181,18 +176,12 @@ func (s Steps) Of(step Step) (StepResult, bool) {
 // admission guardrails, network policy, then the vCluster release. Every
 // object is written with server-side apply and Force, so hand edits of
 // fields gpuplane owns are reverted. It stops at the first failing step
-// (later steps depend on earlier ones) and returns the results so far; the
-// one exception is the guardrails' enforcement check for a new namespace,
-// which runs alongside the network policy and release steps (see
-// StepGuardrails below) and is finished before the team's access.
+// (later steps depend on earlier ones) and returns the results so far.
 func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 	if err := vc.Validate(); err != nil {
 		return nil, err
 	}
 	var steps Steps
-	wrap := func(step Step, err error) error {
-		return fmt.Errorf("hostcluster: apply %s of virtual cluster %s: %w", step, vc.Name, err)
-	}
 	run := func(step Step, f func(ctx context.Context) (string, error)) error {
 		sctx, span := c.tracer.Start(ctx, "hostcluster.Apply "+string(step))
 		start := time.Now()
@@ -200,7 +189,7 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		steps = append(steps, StepResult{Step: step, Err: err, Detail: detail, Duration: time.Since(start)})
 		endSpan(span, err)
 		if err != nil {
-			return wrap(step, err)
+			return fmt.Errorf("hostcluster: apply %s of virtual cluster %s: %w", step, vc.Name, err)
 		}
 		return nil
 	}
@@ -209,16 +198,14 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 	// (applied.go).
 	versions := map[string]string{}
 
-	newNamespace := false
 	if err := run(StepNamespace, func(ctx context.Context) (string, error) {
-		ns, created, err := c.applyNamespace(ctx, RenderNamespace(vc, c.settings))
+		ns, err := c.kube.CoreV1().Namespaces().Apply(ctx, RenderNamespace(vc, c.settings), apply)
 		if err != nil {
 			return "", err
 		}
 		if ns.DeletionTimestamp != nil {
 			return "", fmt.Errorf("namespace %s is being deleted; retry once it is gone", ns.Name)
 		}
-		newNamespace = created
 		versions[versionNamespace] = objectVersion(ns.UID, ns.ResourceVersion)
 		return "namespace " + ns.Name, nil
 	}); err != nil {
@@ -240,73 +227,15 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		return steps, err
 	}
 
-	// The guardrails' enforcement check runs in the step itself, except for
-	// a namespace this Apply created: then it runs alongside the network
-	// policy and release steps and is joined before the team's access
-	// (joinGuardrails). That ordering is safe because a tenant pod reaches
-	// the host namespace only through the vCluster syncer, as the copy of a
-	// pod created inside the virtual cluster, and nobody can create one
-	// there before this Apply has succeeded:
-	//   - members sign in to the virtual API server only with OIDC, and may
-	//     do nothing there until StepTenantAccess, after the join, binds
-	//     their roles; the virtual cluster is brand new (its data lives in
-	//     the namespace just created), so no earlier binding survives;
-	//   - gpuplane hands out kubeconfigs (and break-glass ones) only for a
-	//     virtual cluster in a reachable phase, which it reaches only after
-	//     an Apply returned without error, i.e. after the join;
-	//   - the release itself only creates the control plane's own pods,
-	//     which the guardrails do not restrict (and the Pod Security level
-	//     of the namespace, applied above, is in force at once).
-	// A namespace that already existed keeps the strict order (check, then
-	// release): it may hold a running virtual cluster whose members are
-	// already bound.
-	//
-	// The check in flight waits only for the validating policy: it alone
-	// keeps every pod within the rules (a KAI pod the mutating policy has
-	// not labelled yet is refused, not let through). Each policy kind is
-	// loaded by its own loop in the API server, once a second, so waiting
-	// for both costs the slower of two; the mutating policy is verified by
-	// the next Apply instead, which a new virtual cluster always gets (it
-	// is looked at again until its control plane is up).
-	var (
-		verifying   chan error // the enforcement check in flight, if any
-		guardStart  time.Time
-		guardDetail string
-		guardIndex  int
-		guardKey    string
-		mutating    bool
-		desiredVC   = vc // with SliceNodes, for the fingerprint
-		policyName  = PolicyName(vc.Name)
-	)
-	joinGuardrails := func() error {
-		if verifying == nil {
-			return nil
-		}
-		err := <-verifying
-		verifying = nil
-		r := &steps[guardIndex]
-		r.Duration = time.Since(guardStart)
-		if err != nil {
-			r.Err = err
-			return wrap(StepGuardrails, err)
-		}
-		r.Detail = guardDetail
-		if mutating {
-			r.Detail = "validating and mutating policies " + policyName + ", enforcement of the validating policy verified (the mutating one is verified by the next apply)"
-		} else {
-			c.rememberVerified(policyName, guardKey)
-		}
-		return nil
-	}
+	var mutating bool // the server has MutatingAdmissionPolicy (for the fingerprint)
+	policyName := PolicyName(vc.Name)
 	if err := run(StepGuardrails, func(ctx context.Context) (string, error) {
-		guardStart = time.Now()
 		if c.settings.Profile(vc.Tier).OwnScheduler {
 			nodes, err := c.sliceNodes(ctx, vc)
 			if err != nil {
 				return "", err
 			}
 			vc.SliceNodes = nodes
-			desiredVC = vc
 		}
 		var err error
 		mutating, err = c.MutatingAdmissionPolicySupported()
@@ -325,7 +254,7 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 			return "", fmt.Errorf("validating policy binding: %w", err)
 		}
 		versions[policyVersionKey(vapbKind)] = specVersion(vapb.UID, vapb.Generation)
-		guardDetail = "validating policy " + *g.Validating.Name + ", enforcement verified (no MutatingAdmissionPolicy on this server: pods must set " + KAIQueueLabel + " themselves)"
+		detail := "validating policy " + *g.Validating.Name + ", enforcement verified (no MutatingAdmissionPolicy on this server: pods must set " + KAIQueueLabel + " themselves)"
 		if mutating {
 			mp, err := adm.MutatingAdmissionPolicies().Apply(ctx, g.Mutating, apply)
 			if err != nil {
@@ -337,28 +266,19 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 				return "", fmt.Errorf("mutating policy binding: %w", err)
 			}
 			versions[policyVersionKey(mapbKind)] = specVersion(mpb.UID, mpb.Generation)
-			guardDetail = "validating and mutating policies " + *g.Validating.Name + ", enforcement verified"
+			detail = "validating and mutating policies " + *g.Validating.Name + ", enforcement verified"
 		}
-		guardKey = guardrailVersions(versions, mutating)
-		switch {
-		case c.enforcementVerified(policyName, guardKey):
-			return guardDetail + " (unchanged since)", nil
-		case newNamespace:
-			guardIndex = len(steps) // this step's result, appended by run
-			verifying = make(chan error, 1)
-			go func() {
-				vctx, span := c.tracer.Start(ctx, "hostcluster.Apply GuardrailsEnforced")
-				err := c.verifyGuardrails(vctx, vc, false)
-				endSpan(span, err)
-				verifying <- err
-			}()
-			return "policies applied, enforcement being verified", nil
+		// The API server never unloads a policy it enforces while the
+		// object stays the same, so objects verified before need no probe.
+		key := guardrailVersions(versions, mutating)
+		if c.enforcementVerified(policyName, key) {
+			return detail + " (unchanged since)", nil
 		}
 		if err := c.verifyGuardrails(ctx, vc, mutating); err != nil {
 			return "", err
 		}
-		c.rememberVerified(policyName, guardKey)
-		return guardDetail, nil
+		c.rememberVerified(policyName, key)
+		return detail, nil
 	}); err != nil {
 		return steps, err
 	}
@@ -371,9 +291,6 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		versions[versionNetpol] = specVersion(np.UID, np.Generation)
 		return "network policy " + np.Name, nil
 	}); err != nil {
-		if jerr := joinGuardrails(); jerr != nil {
-			return steps, jerr // the earlier step's failure comes first
-		}
 		return steps, err
 	}
 
@@ -396,12 +313,6 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		}
 		return detail, nil
 	}); err != nil {
-		if jerr := joinGuardrails(); jerr != nil {
-			return steps, jerr
-		}
-		return steps, err
-	}
-	if err := joinGuardrails(); err != nil {
 		return steps, err
 	}
 
@@ -413,32 +324,12 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 	}); err != nil {
 		return steps, err
 	}
-	desired, err := c.fingerprint(ctx, desiredVC, mutating)
+	desired, err := c.fingerprint(ctx, vc, mutating)
 	if err != nil {
 		return steps, err
 	}
 	c.remember(vc.Name, desired, versions)
 	return steps, nil
-}
-
-// applyNamespace applies the namespace and reports whether this request
-// created it (the API server answers 201 then), which the typed client
-// does not tell.
-func (c *Client) applyNamespace(ctx context.Context, ac *corev1ac.NamespaceApplyConfiguration) (*corev1.Namespace, bool, error) {
-	body, err := json.Marshal(ac)
-	if err != nil {
-		return nil, false, err
-	}
-	var code int
-	ns := &corev1.Namespace{}
-	err = c.kube.CoreV1().RESTClient().Patch(types.ApplyPatchType).
-		Resource("namespaces").Name(*ac.Name).
-		VersionedParams(&metav1.PatchOptions{FieldManager: FieldManager, Force: ptr.To(true)}, scheme.ParameterCodec).
-		Body(body).Do(ctx).StatusCode(&code).Into(ns)
-	if err != nil {
-		return nil, false, err
-	}
-	return ns, code == http.StatusCreated, nil
 }
 
 // checkControlPlaneAdmitted dry-runs the vCluster control plane pod (the
@@ -787,33 +678,32 @@ func (c *Client) Observe(ctx context.Context, vc VirtualCluster) (Observed, erro
 			}
 		}
 	}
-	// Each check returns the object's metadata (nil with the error).
-	checks := map[string]func() (metav1.Object, error){
-		vapbKind: func() (metav1.Object, error) {
-			return adm.ValidatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
-		},
+	// The other admission objects: each read returns the object's metadata.
+	type check struct {
+		kind string
+		get  func() (metav1.Object, error)
 	}
+	checks := []check{{vapbKind, func() (metav1.Object, error) {
+		return adm.ValidatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
+	}}}
 	if mutating {
-		checks[mapKind] = func() (metav1.Object, error) {
-			return adm.MutatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
-		}
-		checks[mapbKind] = func() (metav1.Object, error) {
-			return adm.MutatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
-		}
+		checks = append(checks,
+			check{mapKind, func() (metav1.Object, error) {
+				return adm.MutatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
+			}},
+			check{mapbKind, func() (metav1.Object, error) {
+				return adm.MutatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
+			}})
 	}
-	for _, kind := range []string{vapbKind, mapKind, mapbKind} {
-		check := checks[kind]
-		if check == nil {
-			continue
-		}
-		obj, err := check()
+	for _, ch := range checks {
+		obj, err := ch.get()
 		ok, err := exists(err)
 		if err != nil {
 			return o, err
 		}
 		o.GuardrailsPresent = o.GuardrailsPresent && ok
 		if ok {
-			o.versions[policyVersionKey(kind)] = specVersion(obj.GetUID(), obj.GetGeneration())
+			o.versions[policyVersionKey(ch.kind)] = specVersion(obj.GetUID(), obj.GetGeneration())
 		}
 	}
 

@@ -256,24 +256,7 @@ func (w *Worker) writeStatus(ctx context.Context, d desiredState, conds []vcs.Co
 		if cur.Phase == vcs.PhaseDeleting || cur.Phase == vcs.PhaseDeleted {
 			return nil // a delete overtook us; its reconcile owns the status now
 		}
-		st := vcs.Status{Phase: cur.Phase, Conditions: conds, ObservedGeneration: cur.ObservedGeneration,
-			Message: cur.StatusMessage, Allocated: cur.Allocated, Endpoint: cur.Endpoint}
-		if phase != "" && cur.Generation == d.vc.Generation && cur.Phase.CanMoveTo(phase) {
-			st.Phase = phase
-		}
-		if phase != "" && cur.Generation == d.vc.Generation {
-			st.ObservedGeneration = d.vc.Generation
-		}
-		if msg != nil {
-			st.Message = *msg
-		}
-		st.Message = truncate(st.Message, 2000)
-		if obs != nil {
-			if obs.Allocated != nil {
-				st.Allocated = quota.Resources{GPU: quota.GPU(obs.Allocated.GPUCenti), CPUMillis: obs.Allocated.CPUMillis, MemoryBytes: obs.Allocated.MemoryBytes}
-			}
-			st.Endpoint = obs.Endpoint
-		}
+		st := nextStatus(cur, d.vc.Generation, conds, phase, msg, obs)
 		after, err := vcs.WriteStatus(ctx, tx, cur.ID, st)
 		if err != nil {
 			return err
@@ -295,6 +278,31 @@ func (w *Worker) writeStatus(ctx context.Context, d desiredState, conds []vcs.Co
 	})
 }
 
+// nextStatus is the status writeStatus stores for cur, reconciled at
+// generation gen: conditions always; phase and observed generation when
+// phase is set and cur is still at gen; message and observation when given.
+func nextStatus(cur vcs.VirtualCluster, gen int64, conds []vcs.Condition, phase vcs.Phase, msg *string, obs *hostcluster.Observed) vcs.Status {
+	st := vcs.Status{Phase: cur.Phase, Conditions: conds, ObservedGeneration: cur.ObservedGeneration,
+		Message: cur.StatusMessage, Allocated: cur.Allocated, Endpoint: cur.Endpoint}
+	if phase != "" && cur.Generation == gen && cur.Phase.CanMoveTo(phase) {
+		st.Phase = phase
+	}
+	if phase != "" && cur.Generation == gen {
+		st.ObservedGeneration = gen
+	}
+	if msg != nil {
+		st.Message = *msg
+	}
+	st.Message = truncate(st.Message, 2000)
+	if obs != nil {
+		if obs.Allocated != nil {
+			st.Allocated = quota.Resources{GPU: quota.GPU(obs.Allocated.GPUCenti), CPUMillis: obs.Allocated.CPUMillis, MemoryBytes: obs.Allocated.MemoryBytes}
+		}
+		st.Endpoint = obs.Endpoint
+	}
+	return st
+}
+
 // statusUnchanged reports whether writeStatus would leave the virtual
 // cluster as it was loaded: same phase at an already observed generation,
 // same conditions, message, allocation and endpoint (the common outcome of
@@ -303,18 +311,15 @@ func (w *Worker) writeStatus(ctx context.Context, d desiredState, conds []vcs.Co
 // change to record. A row changed since it was loaded is no reason to
 // write either: whoever changed it queued a reconcile of its own.
 func statusUnchanged(cur vcs.VirtualCluster, conds []vcs.Condition, phase vcs.Phase, msg string, obs hostcluster.Observed) bool {
-	if phase == "" || phase != cur.Phase || cur.ObservedGeneration != cur.Generation ||
-		truncate(msg, 2000) != cur.StatusMessage || obs.Endpoint != cur.Endpoint {
+	if phase == "" || phase != cur.Phase || cur.ObservedGeneration != cur.Generation {
 		return false
 	}
-	if a := obs.Allocated; a != nil &&
-		(quota.Resources{GPU: quota.GPU(a.GPUCenti), CPUMillis: a.CPUMillis, MemoryBytes: a.MemoryBytes}) != cur.Allocated {
+	next := nextStatus(cur, cur.Generation, conds, phase, &msg, &obs)
+	if next.Message != cur.StatusMessage || next.Endpoint != cur.Endpoint || next.Allocated != cur.Allocated ||
+		len(next.Conditions) != len(cur.Conditions) {
 		return false
 	}
-	if len(conds) != len(cur.Conditions) {
-		return false
-	}
-	for i, c := range conds {
+	for i, c := range next.Conditions {
 		p := cur.Conditions[i]
 		if c.Type != p.Type || c.Status != p.Status || c.Reason != p.Reason || c.Message != p.Message ||
 			c.ObservedGeneration != p.ObservedGeneration || !c.LastTransitionTime.Equal(p.LastTransitionTime) {

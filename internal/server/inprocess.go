@@ -194,24 +194,19 @@ func appendMD(dst *metadata.MD, md metadata.MD) {
 	}
 }
 
-func (s *inProcessStream) SetHeader(md metadata.MD) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.headerSent || s.finished {
-		return status.Error(codes.Internal, "transport: the header was already sent")
-	}
-	appendMD(&s.header, md)
-	return nil
-}
+func (s *inProcessStream) SetHeader(md metadata.MD) error { return s.addHeader(md, false) }
 
-func (s *inProcessStream) SendHeader(md metadata.MD) error {
+func (s *inProcessStream) SendHeader(md metadata.MD) error { return s.addHeader(md, true) }
+
+// addHeader adds md to the header until it is sent (send: now).
+func (s *inProcessStream) addHeader(md metadata.MD, send bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.headerSent || s.finished {
 		return status.Error(codes.Internal, "transport: the header was already sent")
 	}
 	appendMD(&s.header, md)
-	s.headerSent = true
+	s.headerSent = send
 	return nil
 }
 

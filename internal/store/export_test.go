@@ -4,8 +4,5 @@ package store
 func GroupPending(db *DB, key string) int {
 	db.groups.mu.Lock()
 	defer db.groups.mu.Unlock()
-	if q := db.groups.byKey[key]; q != nil {
-		return len(q.pending)
-	}
-	return 0
+	return len(db.groups.pending[key])
 }

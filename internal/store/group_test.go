@@ -223,8 +223,17 @@ func TestGroupTxKeysAreIndependent(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	if err := db.InGroupTx(ctx, "dept-e", func(ctx context.Context, tx *store.Tx) error { return insertMember(ctx, tx, "other") }); err != nil {
-		t.Fatal(err)
+	other := make(chan error, 1)
+	go func() {
+		other <- db.InGroupTx(ctx, "dept-e", func(ctx context.Context, tx *store.Tx) error { return insertMember(ctx, tx, "other") })
+	}()
+	select {
+	case err := <-other:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a change of dept-e waited behind dept-d's open batch")
 	}
 	if got := fmt.Sprint(rows(ctx, "")); got != "[other]" {
 		t.Errorf("rows while dept-d's batch is open: %s, want [other]", got)

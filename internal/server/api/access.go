@@ -14,15 +14,25 @@ import (
 
 // access loads what the caller in ctx may do. One query, run on every call.
 func (s *API) access(ctx context.Context) (*identity.Access, error) {
-	p, ok := reqctx.PrincipalFrom(ctx)
-	if !ok {
-		return nil, errs.New(errs.KindUnauthenticated, errs.ReasonUnauthenticated, "no authenticated caller")
+	p, err := caller(ctx)
+	if err != nil {
+		return nil, err
 	}
 	grants, err := tenancy.GrantsOf(ctx, s.db, p.Username, p.Groups)
 	if err != nil {
 		return nil, err
 	}
 	return s.accessFrom(p, grants), nil
+}
+
+// caller is the authenticated principal of ctx (the interceptors put it
+// there).
+func caller(ctx context.Context) (reqctx.Principal, error) {
+	p, ok := reqctx.PrincipalFrom(ctx)
+	if !ok {
+		return p, errs.New(errs.KindUnauthenticated, errs.ReasonUnauthenticated, "no authenticated caller")
+	}
+	return p, nil
 }
 
 // accessFrom is what p may do given its grants (tenancy.GrantsOf).
@@ -64,9 +74,9 @@ func (s *API) readableTeam(ctx context.Context, field, name string) (tenancy.Tea
 	if err != nil {
 		return tenancy.Team{}, nil, err
 	}
-	p, ok := reqctx.PrincipalFrom(ctx)
-	if !ok {
-		return tenancy.Team{}, nil, errs.New(errs.KindUnauthenticated, errs.ReasonUnauthenticated, "no authenticated caller")
+	p, err := caller(ctx)
+	if err != nil {
+		return tenancy.Team{}, nil, err
 	}
 	// The team and the caller's grants in one statement (one round trip).
 	t, grants, err := tenancy.GetTeamWithGrants(ctx, s.db, id, p.Username, p.Groups)
