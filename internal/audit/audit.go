@@ -84,7 +84,9 @@ func Record(ctx context.Context, tx *store.Tx, e Event) error {
 	// sees them: written after an insert, the new row's; after a delete,
 	// none (only platform admins read a deleted team's last event by its
 	// team; its department's admins still do by the department).
-	_, err = tx.Exec(ctx, `
+	// Sent with the transaction's next statement or its COMMIT: nothing
+	// reads the row back, and a failure still fails the change it records.
+	tx.ExecDeferred(`
 		WITH d AS (SELECT uid FROM departments WHERE id = $7),
 		     t AS (SELECT uid FROM teams WHERE id = $8),
 		     v AS (SELECT uid FROM virtual_clusters
@@ -100,11 +102,11 @@ func Record(ctx context.Context, tx *store.Tx, e Event) error {
 		        END, $12)`,
 		e.Actor.Subject, groups, e.Action, e.Resource, e.RequestID, reqctx.CorrelationID(ctx),
 		e.Department, e.Team, before, after, virtualcluster.GonePhases, eventType)
-	if err == nil && eventType != nil {
+	if eventType != nil {
 		// The sequencer positions the event as soon as this commits.
 		tx.SignalCommit()
 	}
-	return err
+	return nil
 }
 
 // Stored is an event as read back.

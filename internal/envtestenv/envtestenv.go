@@ -147,6 +147,12 @@ func Start(ctx context.Context, opts Options) (*Env, error) {
 		}
 	}
 	api := te.ControlPlane.GetAPIServer()
+	// envtest's default service range is a /24: 254 addresses, and every
+	// vCluster release takes Services, so a few hundred virtual clusters
+	// (a provisioning benchmark, a long test binary) fill it and then every
+	// install fails with "range is full". A /16 is what a real cluster
+	// would have at least.
+	api.Configure().Set("service-cluster-ip-range", "10.0.0.0/16")
 	for _, arg := range opts.ExtraAPIServerArgs {
 		name, value, hasValue := strings.Cut(strings.TrimLeft(arg, "-"), "=")
 		if name == "" {

@@ -142,6 +142,26 @@ type SequencerConfig struct {
 	Retention time.Duration
 	// PruneEvery is how often retention runs; default 1m.
 	PruneEvery time.Duration
+	// MinInterval is the least time from one pass to the next when
+	// commits keep waking it (default DefaultMinInterval).
+	MinInterval time.Duration
+}
+
+// DefaultMinInterval paces the feed's loops (sequencer, hub, webhook
+// dispatcher): woken again sooner than this after a pass, a loop waits out
+// the rest before the next one. An idle feed answers a commit at once; a
+// busy one runs one pass per interval over everything committed meanwhile
+// instead of one transaction per commit, each of which costs both the
+// database and this process about as much as the change it follows.
+const DefaultMinInterval = 5 * time.Millisecond
+
+// Pace waits until min has passed since last (the start of the previous
+// pass), or ctx ends (false).
+func Pace(ctx context.Context, last time.Time, min time.Duration) bool {
+	if d := min - time.Since(last); d > 0 {
+		return Sleep(ctx, d)
+	}
+	return ctx.Err() == nil
 }
 
 // Sequencer positions committed events. Run one in every process that
@@ -168,6 +188,9 @@ func NewSequencer(db *store.DB, commits *store.CommitSignal, waker *Waker, log *
 	if cfg.PruneEvery <= 0 {
 		cfg.PruneEvery = time.Minute
 	}
+	if cfg.MinInterval <= 0 {
+		cfg.MinInterval = DefaultMinInterval
+	}
 	if log == nil {
 		log = slog.Default()
 	}
@@ -186,6 +209,7 @@ func (s *Sequencer) Run(ctx context.Context) {
 	}
 	failures := 0
 	for {
+		started := time.Now()
 		p, err := s.Pass(ctx)
 		switch {
 		case ctx.Err() != nil:
@@ -206,6 +230,9 @@ func (s *Sequencer) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-s.commits.C():
+			if !Pace(ctx, started, s.cfg.MinInterval) {
+				return
+			}
 		case <-poll.C:
 		case <-pruneC:
 			if first, err := prune(ctx, s.db, time.Now().Add(-s.cfg.Retention), 10_000); err != nil && ctx.Err() == nil {

@@ -27,6 +27,8 @@ type HubConfig struct {
 	// Decode runs once per event before any watcher sees it (the API
 	// layer turns the JSON into its messages there); nil: nothing.
 	Decode func(*Event)
+	// MinInterval paces reads of the feed (default DefaultMinInterval).
+	MinInterval time.Duration
 }
 
 // Hub tails the feed once per process and hands events to any number of
@@ -69,6 +71,9 @@ func NewHub(db *store.DB, waker *Waker, log *slog.Logger, cfg HubConfig) *Hub {
 	if cfg.MaxWatchesPerUser <= 0 {
 		cfg.MaxWatchesPerUser = 16
 	}
+	if cfg.MinInterval <= 0 {
+		cfg.MinInterval = DefaultMinInterval
+	}
 	if log == nil {
 		log = slog.Default()
 	}
@@ -102,6 +107,7 @@ func (h *Hub) Run(ctx context.Context) {
 	}
 	failures = 0
 	for {
+		started := time.Now()
 		n, err := h.load(ctx)
 		switch {
 		case ctx.Err() != nil:
@@ -121,6 +127,9 @@ func (h *Hub) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-wake:
+			if !Pace(ctx, started, h.cfg.MinInterval) {
+				return
+			}
 		case <-poll.C:
 		}
 	}

@@ -59,6 +59,10 @@ func sequence(ctx context.Context, db *store.DB, limit int) (PassResult, error) 
 			return err
 		}
 		var n, xmin, ownXID int64
+		// Planned at every pass (an unnamed statement, not the cached
+		// prepared one): a generic plan does not know that $1 is near the
+		// newest id, and one made while the tables were small scans both
+		// of them whole (a hash anti-join), costing a pass O(history).
 		err := tx.QueryRow(ctx, `
 			WITH batch AS (
 			  SELECT a.id, row_number() OVER (ORDER BY a.id) AS rn
@@ -72,7 +76,7 @@ func sequence(ctx context.Context, db *store.DB, limit int) (PassResult, error) 
 			SELECT (SELECT count(*) FROM ins),
 			       pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
 			       pg_current_xact_id()::text::bigint`,
-			low, limit, last).Scan(&n, &xmin, &ownXID)
+			pgx.QueryExecModeCacheDescribe, low, limit, last).Scan(&n, &xmin, &ownXID)
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ package reconcile_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -69,6 +71,22 @@ func (h *harness) appliedCount(tb testing.TB, ids []string) int {
 		tb.Fatal(err)
 	}
 	return n
+}
+
+// failIfGivenUp ends the benchmark when a virtual cluster among ids failed
+// or degraded: it would never count as applied, and the loop waiting for
+// it would wait forever.
+func (h *harness) failIfGivenUp(b *testing.B, ids []string) {
+	var id, phase, msg string
+	err := h.pool.QueryRow(h.ctx, `SELECT id, phase, status_message FROM virtual_clusters
+		WHERE id = ANY($1) AND phase IN ('FAILED', 'DEGRADED') LIMIT 1`, ids).Scan(&id, &phase, &msg)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Fatalf("virtual cluster %s is %s: %s", id, phase, msg)
 }
 
 // Results the verdict lines compare, by benchmark: seconds per virtual
@@ -125,6 +143,7 @@ func BenchmarkProvision(b *testing.B) {
 				start = time.Now()
 				go func() { defer close(done); _ = w.Run(ctx) }()
 				for h.appliedCount(b, ids) < n {
+					h.failIfGivenUp(b, ids)
 					time.Sleep(5 * time.Millisecond)
 				}
 				timed += time.Since(start)

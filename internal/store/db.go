@@ -79,33 +79,6 @@ func (db *DB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	return db.pool.QueryRow(ctx, sql, args...)
 }
 
-// Tx is one transaction, handed to the callback of DB.InTx. It is typed so
-// that what runs inside a transaction says so in its signature, and so that
-// nobody outside the store commits or rolls it back.
-type Tx struct {
-	tx     pgx.Tx
-	signal bool
-}
-
-// SignalCommit asks InTx to notify the DB's CommitSignal once this
-// transaction has committed (nothing happens if it rolls back).
-func (t *Tx) SignalCommit() { t.signal = true }
-
-// Exec implements Querier.
-func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return t.tx.Exec(ctx, sql, args...)
-}
-
-// Query implements Querier.
-func (t *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return t.tx.Query(ctx, sql, args...)
-}
-
-// QueryRow implements Querier.
-func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return t.tx.QueryRow(ctx, sql, args...)
-}
-
 // Scope limits a list to what a caller may read: everything (All), or rows
 // of the given teams and of the given departments. Repositories turn it
 // into their own SQL.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -43,15 +44,12 @@ type groupMember struct {
 	done chan error
 }
 
-type groupQueue struct {
-	pending []*groupMember
-}
-
 type groups struct {
 	mu sync.Mutex
-	// byKey holds a queue while a batch of its key runs; a queue present
-	// in the map means a leader is running or about to run its next batch.
-	byKey map[string]*groupQueue
+	// pending holds, by key, the members waiting for the next batch. A key
+	// present (even with none waiting) means a leader is running a batch
+	// of it or about to.
+	pending map[string][]*groupMember
 }
 
 // InGroupTx runs fn like InTx (read committed, retried on deadlocks), but
@@ -71,43 +69,41 @@ func (db *DB) InGroupTx(ctx context.Context, key string, fn func(ctx context.Con
 	}
 	m := &groupMember{ctx: ctx, fn: fn, done: make(chan error, 1)}
 	db.groups.mu.Lock()
-	if db.groups.byKey == nil {
-		db.groups.byKey = map[string]*groupQueue{}
+	if db.groups.pending == nil {
+		db.groups.pending = map[string][]*groupMember{}
 	}
-	q, running := db.groups.byKey[key]
-	if !running {
-		q = &groupQueue{}
-		db.groups.byKey[key] = q
-	}
-	q.pending = append(q.pending, m)
+	queued, running := db.groups.pending[key]
+	db.groups.pending[key] = append(queued, m)
 	db.groups.mu.Unlock()
 	if !running {
 		// This caller leads: it runs the first batch itself (no goroutine
 		// hop at low load) and hands on to a goroutine if more queued up.
-		db.leadGroup(key, q)
+		db.leadGroup(key)
 	}
 	return <-m.done
 }
 
 // leadGroup runs batches of key until its queue is empty.
-func (db *DB) leadGroup(key string, q *groupQueue) {
+func (db *DB) leadGroup(key string) {
 	db.groups.mu.Lock()
-	n := min(len(q.pending), maxGroup)
-	batch := q.pending[:n:n]
-	q.pending = append([]*groupMember(nil), q.pending[n:]...)
+	queued := db.groups.pending[key]
+	n := min(len(queued), maxGroup)
+	// The rest is copied so that the next batch does not keep this one's
+	// members reachable.
+	db.groups.pending[key] = append([]*groupMember{}, queued[n:]...)
 	db.groups.mu.Unlock()
 
-	db.runGroup(batch)
+	db.runGroup(queued[:n:n])
 
 	db.groups.mu.Lock()
-	if len(q.pending) == 0 {
-		delete(db.groups.byKey, key)
+	if len(db.groups.pending[key]) == 0 {
+		delete(db.groups.pending, key)
 		db.groups.mu.Unlock()
 		return
 	}
 	db.groups.mu.Unlock()
 	// The leader's own change is answered; it must not wait for others'.
-	go db.leadGroup(key, q)
+	go db.leadGroup(key)
 }
 
 // runGroup runs one batch in one transaction and answers every member.
@@ -127,13 +123,40 @@ func (db *DB) runGroup(batch []*groupMember) {
 			}
 			return m.fn(memberContext{Context: ctx, values: m.ctx}, tx)
 		}
-		for i, m := range batch {
-			results[i] = runMember(ctx, tx, m)
-			if rollbackFailed(results[i]) {
-				return results[i]
+		// A member's deferred writes travel with the next member's first
+		// round trip (Tx), so a failure may surface while a later member
+		// runs. It then belongs to the member that queued it: nothing
+		// after it ran, the transaction is rolled back to that member's
+		// savepoint (the newest one that exists), and the members after it
+		// run again.
+		for i := 0; ; {
+			var err error
+			if i < len(batch) {
+				err = runMember(ctx, tx, i, batch[i])
+			} else {
+				// The last members' deferred writes, before COMMIT, so
+				// that a failure among them is still one member's.
+				if err = tx.flush(ctx); err == nil {
+					return nil
+				}
 			}
+			if rollbackFailed(err) {
+				return err
+			}
+			if d := (*deferredError)(nil); errors.As(err, &d) && d.member != i {
+				if rerr := tx.rollbackToNewestSavepoint(ctx); rerr != nil {
+					return rerr
+				}
+				results[d.member] = d.err
+				i = d.member + 1
+				continue
+			}
+			if i == len(batch) {
+				return err // a flush failure that names no member
+			}
+			results[i] = err
+			i++
 		}
-		return nil
 	})
 	for i, m := range batch {
 		if err != nil {
@@ -144,24 +167,31 @@ func (db *DB) runGroup(batch []*groupMember) {
 	}
 }
 
-// runMember runs one member of a batch between a savepoint and its release
-// or rollback.
-func runMember(ctx context.Context, tx *Tx, m *groupMember) error {
+// runMember runs member i of a batch after its savepoint, and rolls back to
+// it when the member fails. The failure of an earlier member's deferred
+// write (a *deferredError naming it) is returned as it is, for runGroup to
+// recover from.
+func runMember(ctx context.Context, tx *Tx, i int, m *groupMember) error {
 	if err := m.ctx.Err(); err != nil {
 		return err
 	}
 	mctx := memberContext{Context: ctx, values: m.ctx}
 	for attempt := 1; ; attempt++ {
-		// Savepoints of one name stack; ROLLBACK TO names the newest, so no
-		// RELEASE is needed after a member that succeeded.
-		if _, err := tx.Exec(ctx, `SAVEPOINT group_member`); err != nil {
-			return rollbackError{err}
-		}
+		tx.startMember(i)
 		err := m.fn(mctx, tx)
+		if f := tx.failed; f != nil {
+			if f.member != i {
+				return f // an earlier member's deferred write: runGroup recovers
+			}
+			err = f.err // this member's own, whatever fn made of it
+		}
 		if err == nil {
 			return nil
 		}
-		if _, rerr := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT group_member`); rerr != nil {
+		if rollbackFailed(err) {
+			return err
+		}
+		if rerr := tx.rollbackMember(ctx); rerr != nil {
 			return rollbackError{rerr}
 		}
 		if !IsRetryable(err) || attempt >= memberRetries {
@@ -178,8 +208,8 @@ func (e rollbackError) Error() string { return e.err.Error() }
 func (e rollbackError) Unwrap() error { return e.err }
 
 func rollbackFailed(err error) bool {
-	_, ok := err.(rollbackError) //nolint:errorlint // only runMember makes it, unwrapped
-	return ok
+	var r rollbackError
+	return errors.As(err, &r)
 }
 
 // memberContext is the batch's context (deadline and cancellation of the

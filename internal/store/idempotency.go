@@ -33,7 +33,9 @@ func StoredResponse(ctx context.Context, tx *Tx, caller, method, requestID strin
 // StoreResponse records the answer to a key, in the transaction that made
 // the change, so both commit or neither.
 func StoreResponse(ctx context.Context, tx *Tx, caller, method, requestID string, hash, response []byte) error {
-	_, err := tx.Exec(ctx, `INSERT INTO idempotency_keys (caller, method, request_id, request_hash, response)
+	// Sent with COMMIT: the key's advisory lock (LockIdempotencyKey) keeps
+	// another call with the same key from racing this insert.
+	tx.ExecDeferred(`INSERT INTO idempotency_keys (caller, method, request_id, request_hash, response)
 		VALUES ($1, $2, $3, $4, $5)`, caller, method, requestID, hash, response)
-	return err
+	return nil
 }

@@ -16,7 +16,7 @@ var sqlStatement = regexp.MustCompile(`(?i)\b(SELECT\s.*\sFROM\s|INSERT\s+INTO\s
 // repository per table, beside the package that owns it, and the store's
 // own plumbing (migrations, idempotency_keys, test databases).
 var owners = []string{
-	"internal/virtualcluster/store.go",        // virtual_clusters
+	"internal/virtualcluster/store.go",        // virtual_clusters, held_quota (kept by its triggers)
 	"internal/tenancy/store_departments.go",   // departments
 	"internal/tenancy/store_teams.go",         // teams
 	"internal/tenancy/store_members.go",       // members

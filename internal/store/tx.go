@@ -70,25 +70,28 @@ func (db *DB) InTx(ctx context.Context, opts TxOptions, fn func(ctx context.Cont
 }
 
 func runTx(ctx context.Context, db *DB, txo pgx.TxOptions, fn func(context.Context, *Tx) error) error {
-	tx, err := db.pool.BeginTx(ctx, txo)
+	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
+	t := &Tx{conn: conn, begin: beginStatement(txo)}
 	defer func() {
-		// Also runs when fn panics. After a successful commit this is a
-		// no-op. A cancelled ctx must not stop us from releasing the
-		// transaction, or the connection would go back to the pool mid-tx.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		// A failed rollback leaves nothing to do: pgx closes the connection
-		// rather than return it to the pool mid-transaction.
-		_ = tx.Rollback(rctx)
+		// Also runs when fn panics. After a successful commit there is
+		// nothing to roll back. A cancelled ctx must not stop us from
+		// ending the transaction, or the connection would go back to the
+		// pool mid-transaction; if ROLLBACK fails, Release closes the
+		// connection instead (it never pools one that is not idle).
+		if t.started {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+			_ = t.rollback(rctx)
+			cancel()
+		}
+		conn.Release()
 	}()
-	t := &Tx{tx: tx}
 	if err := fn(ctx, t); err != nil {
 		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := t.commit(ctx); err != nil {
 		return err
 	}
 	if t.signal && db.commits != nil {

@@ -253,21 +253,35 @@ func sum(ctx context.Context, q store.Querier, sql string, args ...any) (quota.R
 const reservesQuota = `(NOT v.sleep OR (SELECT d.sleeping_keeps_quota FROM teams rt JOIN departments d ON d.id = rt.department_id
 	WHERE rt.id = v.team_id))`
 
+// The sums below read held_quota, which triggers keep equal to what the
+// virtual clusters hold on each host cluster per team (migration 10), so
+// they cost the same however many virtual clusters a team, a department
+// or a host pool has. heldBy is the quota one virtual cluster (id $1 of
+// the live ones) holds, on the host cluster and team it holds it for; a sum
+// "except excludeVC" subtracts it where it counted.
+const heldBy = `SELECT v.host_cluster_id, v.team_id, t.node_pool, t.department_id, v.gpu_centi, v.cpu_millis, v.memory_bytes
+	  FROM virtual_clusters v JOIN teams t ON t.id = v.team_id
+	 WHERE v.id = $1 AND v.phase = ANY($2) AND ` + reservesQuota
+
 // QuotaOfTeam sums the quotas of the team's virtual clusters that hold
 // quota, except excludeVC ("" excludes none).
 func QuotaOfTeam(ctx context.Context, q store.Querier, team, excludeVC string) (quota.Resources, error) {
-	return sum(ctx, q, `SELECT COALESCE(SUM(v.gpu_centi),0), COALESCE(SUM(v.cpu_millis),0), COALESCE(SUM(v.memory_bytes),0)
-		FROM virtual_clusters v WHERE v.team_id = $1 AND v.id <> $2 AND v.phase = ANY($3) AND `+reservesQuota, team, excludeVC, holdsQuotaPhases)
+	return sum(ctx, q, `WITH x AS (`+heldBy+` AND v.team_id = $3),
+		     h AS (SELECT COALESCE(SUM(gpu_centi),0) g, COALESCE(SUM(cpu_millis),0) c, COALESCE(SUM(memory_bytes),0) m
+		             FROM held_quota WHERE team_id = $3)
+		SELECT h.g - COALESCE((SELECT SUM(gpu_centi) FROM x),0), h.c - COALESCE((SELECT SUM(cpu_millis) FROM x),0),
+		       h.m - COALESCE((SELECT SUM(memory_bytes) FROM x),0) FROM h`, excludeVC, holdsQuotaPhases, team)
 }
 
 // QuotaOnHostPool sums the quotas of the virtual clusters on a host
 // cluster whose team runs in node pool pool (the pool's used capacity on
 // that cluster), except excludeVC.
 func QuotaOnHostPool(ctx context.Context, q store.Querier, hostCluster, pool, excludeVC string) (quota.Resources, error) {
-	return sum(ctx, q, `SELECT COALESCE(SUM(v.gpu_centi),0), COALESCE(SUM(v.cpu_millis),0), COALESCE(SUM(v.memory_bytes),0)
-		FROM virtual_clusters v JOIN teams t ON t.id = v.team_id
-		WHERE v.host_cluster_id = $1 AND t.node_pool = $2 AND v.id <> $3 AND v.phase = ANY($4) AND `+reservesQuota,
-		hostCluster, pool, excludeVC, holdsQuotaPhases)
+	return sum(ctx, q, `WITH x AS (`+heldBy+` AND v.host_cluster_id = $3 AND t.node_pool = $4),
+		     h AS (SELECT COALESCE(SUM(gpu_centi),0) g, COALESCE(SUM(cpu_millis),0) c, COALESCE(SUM(memory_bytes),0) m
+		             FROM held_quota WHERE host_cluster_id = $3 AND node_pool = $4)
+		SELECT h.g - COALESCE((SELECT SUM(gpu_centi) FROM x),0), h.c - COALESCE((SELECT SUM(cpu_millis) FROM x),0),
+		       h.m - COALESCE((SELECT SUM(memory_bytes) FROM x),0) FROM h`, excludeVC, holdsQuotaPhases, hostCluster, pool)
 }
 
 // ParentQuotasOnHost sums the quotas the team's and the department's
@@ -275,15 +289,45 @@ func QuotaOnHostPool(ctx context.Context, q store.Querier, hostCluster, pool, ex
 // parent queues there, which cover what lives on that cluster.
 func ParentQuotasOnHost(ctx context.Context, q store.Querier, hostCluster, dept, team string) (teamSum, deptSum quota.Resources, err error) {
 	err = q.QueryRow(ctx, `SELECT
-		       COALESCE(SUM(v.gpu_centi) FILTER (WHERE v.team_id = $3), 0),
-		       COALESCE(SUM(v.cpu_millis) FILTER (WHERE v.team_id = $3), 0),
-		       COALESCE(SUM(v.memory_bytes) FILTER (WHERE v.team_id = $3), 0),
-		       COALESCE(SUM(v.gpu_centi), 0), COALESCE(SUM(v.cpu_millis), 0), COALESCE(SUM(v.memory_bytes), 0)
-		  FROM virtual_clusters v JOIN teams t ON t.id = v.team_id
-		 WHERE v.host_cluster_id = $1 AND t.department_id = $2 AND v.phase = ANY($4) AND `+reservesQuota,
-		hostCluster, dept, team, holdsQuotaPhases).Scan(&teamSum.GPU, &teamSum.CPUMillis, &teamSum.MemoryBytes,
+		       COALESCE(SUM(gpu_centi) FILTER (WHERE team_id = $3), 0),
+		       COALESCE(SUM(cpu_millis) FILTER (WHERE team_id = $3), 0),
+		       COALESCE(SUM(memory_bytes) FILTER (WHERE team_id = $3), 0),
+		       COALESCE(SUM(gpu_centi), 0), COALESCE(SUM(cpu_millis), 0), COALESCE(SUM(memory_bytes), 0)
+		  FROM held_quota WHERE host_cluster_id = $1 AND department_id = $2`,
+		hostCluster, dept, team).Scan(&teamSum.GPU, &teamSum.CPUMillis, &teamSum.MemoryBytes,
 		&deptSum.GPU, &deptSum.CPUMillis, &deptSum.MemoryBytes)
 	return teamSum, deptSum, err
+}
+
+// HeldQuotaDrift lists, for tests and operators, every (host cluster, team)
+// whose held_quota row differs from a full recount of the virtual
+// clusters: empty when the triggers kept it exact.
+func HeldQuotaDrift(ctx context.Context, q store.Querier) ([]string, error) {
+	rows, err := q.Query(ctx, `
+		WITH recount AS (
+		  SELECT v.host_cluster_id, v.team_id, SUM(v.gpu_centi) g, SUM(v.cpu_millis) c, SUM(v.memory_bytes) m
+		    FROM virtual_clusters v
+		   WHERE v.host_cluster_id IS NOT NULL AND v.phase = ANY($1) AND `+reservesQuota+`
+		   GROUP BY 1, 2),
+		kept AS (
+		  SELECT h.host_cluster_id, h.team_id, h.gpu_centi g, h.cpu_millis c, h.memory_bytes m
+		    FROM held_quota h JOIN teams t ON t.id = h.team_id
+		   WHERE h.node_pool = t.node_pool AND h.department_id = t.department_id
+		     AND (h.gpu_centi, h.cpu_millis, h.memory_bytes) <> (0, 0, 0))
+		SELECT COALESCE(r.host_cluster_id, k.host_cluster_id) || '/' || COALESCE(r.team_id, k.team_id) || ': kept ' ||
+		       COALESCE(k.g || '/' || k.c || '/' || k.m, 'nothing') || ', recount ' || COALESCE(r.g || '/' || r.c || '/' || r.m, 'nothing')
+		  FROM recount r FULL JOIN kept k USING (host_cluster_id, team_id)
+		 WHERE (r.g, r.c, r.m) IS DISTINCT FROM (k.g, k.c, k.m)
+		UNION ALL
+		SELECT h.host_cluster_id || '/' || h.team_id || ': kept under pool ' || h.node_pool || ' of ' || h.department_id ||
+		       ', the team is in pool ' || t.node_pool || ' of ' || t.department_id
+		  FROM held_quota h JOIN teams t ON t.id = h.team_id
+		 WHERE h.node_pool <> t.node_pool OR h.department_id <> t.department_id
+		ORDER BY 1`, holdsQuotaPhases)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // OnHostCluster lists (by name, at most limit) the virtual clusters on a

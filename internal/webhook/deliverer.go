@@ -143,6 +143,7 @@ func (d *Deliverer) dispatchLoop(ctx context.Context) {
 	defer prune.Stop()
 	failures := 0
 	for {
+		started := time.Now()
 		created, full, err := d.Dispatch(ctx)
 		switch {
 		case ctx.Err() != nil:
@@ -166,6 +167,9 @@ func (d *Deliverer) dispatchLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-wake:
+			if !events.Pace(ctx, started, events.DefaultMinInterval) {
+				return
+			}
 		case <-poll.C:
 		case <-prune.C:
 			if n, err := pruneDeliveries(ctx, d.db, time.Now().Add(-d.cfg.Retention)); err != nil && ctx.Err() == nil {

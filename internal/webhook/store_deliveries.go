@@ -71,6 +71,23 @@ func dispatch(ctx context.Context, db *store.DB, batch int, lost func(from, to i
 		if err := tx.QueryRow(ctx, `SELECT last_position FROM webhook_dispatch FOR UPDATE`).Scan(&last); err != nil {
 			return err
 		}
+		subs, err := targets(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if len(subs) == 0 {
+			// Nobody to deliver to: move past everything positioned
+			// without reading it. A subscription created later starts
+			// after the feed's head as of its creation, which waits for
+			// this pass (lockDispatchShared), so nothing skipped here is
+			// owed to it.
+			b, err := events.ReadBounds(ctx, tx)
+			if err != nil || b.Last <= last {
+				return err
+			}
+			_, err = tx.Exec(ctx, `UPDATE webhook_dispatch SET last_position = $1`, b.Last)
+			return err
+		}
 		evs, err := events.Read(ctx, tx, last, batch)
 		if err != nil || len(evs) == 0 {
 			return err
@@ -78,10 +95,6 @@ func dispatch(ctx context.Context, db *store.DB, batch int, lost func(from, to i
 		full = len(evs) == batch
 		if evs[0].Position != last+1 {
 			lost(last+1, evs[0].Position-1)
-		}
-		subs, err := targets(ctx, tx)
-		if err != nil {
-			return err
 		}
 		var cols struct {
 			subs, types, resources []string
@@ -110,6 +123,14 @@ func dispatch(ctx context.Context, db *store.DB, batch int, lost func(from, to i
 		return err
 	})
 	return created, full, err
+}
+
+// lockDispatchShared waits for a running dispatch pass and keeps the next
+// one from starting until the caller's transaction ends (the pass takes
+// the row FOR UPDATE).
+func lockDispatchShared(ctx context.Context, tx *store.Tx) error {
+	_, err := tx.Exec(ctx, `SELECT 1 FROM webhook_dispatch FOR SHARE`)
+	return err
 }
 
 // matches: the event is in the subscription's scope and types.

@@ -137,6 +137,13 @@ func record(ctx context.Context, tx *store.Tx, actor reqctx.Principal, action, r
 // Create stores a new subscription that starts after the feed's current
 // last position, with a fresh secret.
 func Create(ctx context.Context, tx *store.Tx, actor reqctx.Principal, requestID string, s Subscription) (Subscription, error) {
+	// Ordered with dispatch passes (lockDispatchShared): a pass that began
+	// before this one commits has not seen the subscription, so the start
+	// must be read after that pass ended, or the events it moved past
+	// would be neither before the start nor delivered.
+	if err := lockDispatchShared(ctx, tx); err != nil {
+		return s, err
+	}
 	head, err := feedHead(ctx, tx)
 	if err != nil {
 		return s, err

@@ -33,9 +33,11 @@ const upsert = ` ON CONFLICT (virtual_cluster_id) DO UPDATE
 
 // Enqueue asks for a reconcile of the virtual cluster.
 func Enqueue(ctx context.Context, tx *store.Tx, virtualCluster string) error {
-	_, err := tx.Exec(ctx, `INSERT INTO reconcile_work (virtual_cluster_id, enqueue_time, run_after, trace_parent)
+	// Sent with the transaction's next statement or its COMMIT (nothing
+	// here reads the row back).
+	tx.ExecDeferred(`INSERT INTO reconcile_work (virtual_cluster_id, enqueue_time, run_after, trace_parent)
 		VALUES ($1, clock_timestamp(), clock_timestamp(), $2)`+upsert, virtualCluster, traceParent(ctx))
-	return err
+	return nil
 }
 
 // EnqueueTeam asks for a reconcile of every virtual cluster of a team that

@@ -1,0 +1,10 @@
+DROP TRIGGER IF EXISTS teams_held_quota ON teams;
+DROP FUNCTION IF EXISTS teams_held_quota();
+DROP TRIGGER IF EXISTS departments_held_quota ON departments;
+DROP FUNCTION IF EXISTS departments_held_quota();
+DROP FUNCTION IF EXISTS held_quota_recount(text);
+DROP TRIGGER IF EXISTS virtual_clusters_held_quota ON virtual_clusters;
+DROP FUNCTION IF EXISTS virtual_clusters_held_quota();
+DROP FUNCTION IF EXISTS held_quota_add(text, text, bigint, bigint, bigint);
+DROP FUNCTION IF EXISTS vc_phase_holds_quota(text);
+DROP TABLE IF EXISTS held_quota;
