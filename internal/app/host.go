@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -80,12 +81,43 @@ func hostOptions(cfg Config, log *slog.Logger, tp trace.TracerProvider) (hostclu
 	return hostcluster.Options{Settings: settings, Logger: log, TracerProvider: tp}, nil
 }
 
-// tuneHostConfig sets what every host cluster's REST config gets: rate
-// limits and the longest a single request may take, so an API server that
-// hangs fails the reconcile instead of holding it.
-func tuneHostConfig(cfg Config) func(*rest.Config) {
+// Default client-side rate limit of the worker towards each host cluster
+// (--host-cluster-qps, --host-cluster-burst). Reads come from watch caches
+// (hostcluster's cache.go), so a resync of unchanged virtual clusters sends
+// almost nothing; what the limit meets are writes: about 20 requests per
+// new virtual cluster, most of them Helm's install of the chart. 200/s with
+// a burst of 400 lets a hundred approvals at once provision without
+// waiting on the limiter (see BenchmarkProvision), while still capping what
+// a runaway worker can send; the API server's priority and fairness
+// protects it beyond that.
+const (
+	DefaultHostClusterQPS   = 200
+	DefaultHostClusterBurst = 400
+)
+
+// checkHostRateLimit refuses a rate limit client-go would silently replace
+// by its own defaults (5/s, burst 10): QPS 0, or a burst below 1.
+func checkHostRateLimit(cfg Config) error {
+	switch {
+	case cfg.HostClusterQPS == 0:
+		return errors.New("invalid configuration: host-cluster-qps must not be 0 (negative: no client-side limit)")
+	case cfg.HostClusterQPS > 0 && cfg.HostClusterBurst < 1:
+		return errors.New("invalid configuration: host-cluster-burst must be at least 1")
+	}
+	return nil
+}
+
+// TuneHostConfig sets what every host cluster's REST config gets: the rate
+// limit (--host-cluster-qps, --host-cluster-burst) and the longest a single
+// request may take, so an API server that hangs fails the reconcile instead
+// of holding it. Exported for the benchmarks, which build host clients the
+// way a worker process does.
+func TuneHostConfig(cfg Config) func(*rest.Config) {
 	return func(rc *rest.Config) {
-		rc.QPS, rc.Burst = 50, 100
+		rc.QPS, rc.Burst = float32(cfg.HostClusterQPS), cfg.HostClusterBurst
+		if cfg.HostClusterQPS < 0 {
+			rc.QPS, rc.Burst = -1, 0 // client-go: no rate limiter at all
+		}
 		if cfg.HostClusterTimeout > 0 {
 			rc.Timeout = cfg.HostClusterTimeout
 		}
@@ -104,13 +136,16 @@ func newHosts(rc *rest.Config, cfg Config, log *slog.Logger, tp trace.TracerProv
 	if err != nil {
 		return hosts{}, err
 	}
+	if err := checkHostRateLimit(cfg); err != nil {
+		return hosts{}, err
+	}
 	rc = rest.CopyConfig(rc)
-	tuneHostConfig(cfg)(rc)
+	TuneHostConfig(cfg)(rc)
 	home, err := hostcluster.New(rc, opts)
 	if err != nil {
 		return hosts{}, err
 	}
-	registry, err := hostcluster.NewRegistry(rc, cfg.HostClusterSecretNamespace, opts, tuneHostConfig(cfg))
+	registry, err := hostcluster.NewRegistry(rc, cfg.HostClusterSecretNamespace, opts, TuneHostConfig(cfg))
 	if err != nil {
 		return hosts{}, err
 	}

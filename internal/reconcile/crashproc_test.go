@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
+	"github.com/gpuplane/gpuplane/internal/app"
 	"github.com/gpuplane/gpuplane/internal/hostcluster"
 	"github.com/gpuplane/gpuplane/internal/reconcile"
 	"github.com/gpuplane/gpuplane/internal/store"
@@ -58,7 +59,7 @@ func runCrashWorker(raw string) int {
 		fmt.Fprintln(os.Stderr, "crash worker:", err)
 		return 2
 	}
-	rc.QPS, rc.Burst = 50, 100
+	app.TuneHostConfig(app.Defaults())(rc)
 	host, err := hostcluster.New(rc, hostcluster.Options{Settings: hostcluster.Settings{Chart: hostcluster.ChartSource{Dirs: spec.Charts}}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "crash worker:", err)

@@ -34,6 +34,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
+	"github.com/gpuplane/gpuplane/internal/app"
 	"github.com/gpuplane/gpuplane/internal/apptest"
 	"github.com/gpuplane/gpuplane/internal/devenv"
 	"github.com/gpuplane/gpuplane/internal/devenv/vclusterchart"
@@ -154,11 +155,13 @@ func (w *testWriter) Write(p []byte) (int, error) {
 func (w *testWriter) close() { w.mu.Lock(); w.closed = true; w.mu.Unlock() }
 
 // newHost builds a host-cluster client as a worker process would (same
-// settings as the server's). dial, when set, carries every connection.
+// settings as the server's, and the production rate limit and request
+// timeout: app.Defaults through app.TuneHostConfig). dial, when set,
+// carries every connection.
 func (h *harness) newHost(dial func(ctx context.Context, network, addr string) (net.Conn, error)) *hostcluster.Client {
 	h.t.Helper()
 	rc := rest.CopyConfig(h.rc)
-	rc.QPS, rc.Burst = 50, 100
+	app.TuneHostConfig(app.Defaults())(rc)
 	rc.Dial = dial
 	c, err := hostcluster.New(rc, hostcluster.Options{Settings: hostcluster.Settings{Chart: hostcluster.ChartSource{Dirs: h.charts}}})
 	if err != nil {
