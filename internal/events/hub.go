@@ -140,6 +140,22 @@ func (h *Hub) load(ctx context.Context) (int, error) {
 	h.mu.RLock()
 	head := h.head
 	h.mu.RUnlock()
+	if h.Watches() == 0 {
+		// Nobody to hand events to: move the head on without reading or
+		// decoding them. The window starts over after it; a watch that
+		// opens later at an older position reads the database until it
+		// gets there, as one far behind always does (Since).
+		b, err := ReadBounds(ctx, h.db)
+		if err != nil || b.Last <= head {
+			return 0, err
+		}
+		h.mu.Lock()
+		h.window, h.start, h.head = nil, b.Last+1, b.Last
+		close(h.changed)
+		h.changed = make(chan struct{})
+		h.mu.Unlock()
+		return 0, nil
+	}
 	evs, err := Read(ctx, h.db, head, h.cfg.Batch)
 	if err != nil || len(evs) == 0 {
 		return 0, err

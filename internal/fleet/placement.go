@@ -75,9 +75,17 @@ func HostPoolName(hostCluster, pool string) string {
 // with every candidate's shortfalls. The candidates' pools are locked for
 // the rest of the transaction, so the answer holds until commit.
 func (s *Service) Place(ctx context.Context, tx *store.Tx, n Need) (Decision, error) {
-	all, err := All(ctx, tx)
-	if err != nil {
-		return Decision{}, err
+	return s.PlaceAmong(ctx, tx, nil, n)
+}
+
+// PlaceAmong is Place with the host clusters already read (QueueAll);
+// nil reads them.
+func (s *Service) PlaceAmong(ctx context.Context, tx *store.Tx, all []HostCluster, n Need) (Decision, error) {
+	if all == nil {
+		var err error
+		if all, err = All(ctx, tx); err != nil {
+			return Decision{}, err
+		}
 	}
 	var candidates []HostCluster
 	var ruledOut []string

@@ -140,6 +140,52 @@ func CamelMap(doc map[string]any) map[string]any {
 // SnakeKeys is the inverse of CamelKeys.
 func SnakeKeys(doc []byte) ([]byte, error) { return renameKeys(doc, snake) }
 
+// SnakeKeysForDecode is SnakeKeys for a document about to be decoded
+// (json.Unmarshal): the keys are renamed where they stand, in one pass over
+// the bytes, so the result keeps the input's key order and spacing instead
+// of SnakeKeys' sorted, compact form, which a decoder does not care about.
+// Every stored payload and condition list is read through it, on every row
+// read, where SnakeKeys' decode and re-encode cost more than the query.
+func SnakeKeysForDecode(doc []byte) ([]byte, error) {
+	if !json.Valid(doc) {
+		return renameKeys(doc, snake) // the decoder's error, as before
+	}
+	out := make([]byte, 0, len(doc)+len(doc)/4)
+	for i := 0; i < len(doc); {
+		if doc[i] != '"' {
+			out = append(out, doc[i])
+			i++
+			continue
+		}
+		end, escaped := i+1, false
+		for doc[end] != '"' { // valid JSON: every string ends
+			if doc[end] == '\\' {
+				escaped = true
+				end++
+			}
+			end++
+		}
+		next := end + 1
+		for next < len(doc) && (doc[next] == ' ' || doc[next] == '\t' || doc[next] == '\n' || doc[next] == '\r') {
+			next++
+		}
+		switch {
+		case next == len(doc) || doc[next] != ':':
+			out = append(out, doc[i:end+1]...) // a value
+		case escaped:
+			// A key spelled with escapes: leave decoding it to the
+			// general path.
+			return renameKeys(doc, snake)
+		default:
+			out = append(out, '"')
+			out = append(out, snake(string(doc[i+1:end]))...)
+			out = append(out, '"')
+		}
+		i = end + 1
+	}
+	return out, nil
+}
+
 func renameKeys(doc []byte, rename func(string) string) ([]byte, error) {
 	var v any
 	dec := json.NewDecoder(bytes.NewReader(doc))

@@ -1,6 +1,9 @@
 package jsonshape
 
 import (
+	"bytes"
+	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -49,4 +52,44 @@ func TestInt64(t *testing.T) {
 	if b, _ := Int64(-7).MarshalJSON(); string(b) != `"-7"` {
 		t.Errorf("MarshalJSON = %s", b)
 	}
+}
+
+// SnakeKeysForDecode decodes to the same value as SnakeKeys (which
+// re-encodes the whole document), for any document.
+func FuzzSnakeKeysForDecode(f *testing.F) {
+	for _, seed := range []string{
+		`{"createVirtualCluster":{"spec":{"allowFractionalGpus":true,"quota":{"cpuMillis":"5"}},"virtualClusterId":"x"},"list":[{"lastTransitionTime":"t"}]}`,
+		`[{"type":"Ready","lastTransitionTime":"2026-01-02T03:04:05Z","message":"a \"quoted\": value","observedGeneration":"3"}]`,
+		` { "aB" : { "cD":[1, 2.5e3, null, true, "eF:"] } , "g\u0048i": "x" } `,
+		`{"emptyKey":{},"":"","x":"\\"}`, `"justAString"`, `{"a":}`, `[`, ``,
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, doc string) {
+		want, werr := SnakeKeys([]byte(doc))
+		got, gerr := SnakeKeysForDecode([]byte(doc))
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("%q: SnakeKeys error %v, SnakeKeysForDecode error %v", doc, werr, gerr)
+		}
+		if werr != nil {
+			return
+		}
+		decode := func(b []byte) (any, error) {
+			var v any
+			d := json.NewDecoder(bytes.NewReader(b))
+			d.UseNumber() // numbers as written: 1E700 is no float64
+			return v, d.Decode(&v)
+		}
+		w, err := decode(want)
+		if err != nil {
+			t.Fatalf("SnakeKeys(%q) = %s, not JSON: %v", doc, want, err)
+		}
+		g, err := decode(got)
+		if err != nil {
+			t.Fatalf("SnakeKeysForDecode(%q) = %s, not JSON: %v", doc, got, err)
+		}
+		if !reflect.DeepEqual(w, g) {
+			t.Fatalf("%q:\n SnakeKeys          %s\n SnakeKeysForDecode %s", doc, want, got)
+		}
+	})
 }

@@ -77,20 +77,28 @@ func (o Fit) Err() error {
 // checkFit computes the fit of a payload for team inside q. For approvals
 // the caller holds the department lock so the answer stays true until
 // commit.
-func (s *Service) checkFit(ctx context.Context, q *store.Tx, team tenancy.Team, p Payload, vcID string) (Fit, error) {
+// l, when set, holds what Decide already read (the team's held quota and
+// the host clusters).
+func (s *Service) checkFit(ctx context.Context, q *store.Tx, team tenancy.Team, p Payload, vcID string, l *lockedRows) (Fit, error) {
 	want, _, accept := p.wanted()
 	switch p.Kind() {
 	case KindCreateVirtualCluster:
 		o := Fit{Field: "request.create_virtual_cluster.spec.quota"}
-		node, err := tenancy.TeamNode(ctx, q, team.ID, team.Quota, vcID)
-		if err != nil {
-			return o, err
+		var node quota.Node
+		var hosts []fleet.HostCluster
+		if l != nil {
+			node, hosts = tenancy.TeamNodeOf(team.ID, team.Quota, l.held), l.hosts
+		} else {
+			var err error
+			if node, err = tenancy.TeamNode(ctx, q, team.ID, team.Quota, vcID); err != nil {
+				return o, err
+			}
 		}
 		o.Shortfalls = quota.CheckFit([]quota.Node{node}, want)
 		if len(o.Shortfalls) > 0 {
 			return o, nil // the team's quota is the first thing to talk about
 		}
-		d, err := s.fleet.Place(ctx, q, fleet.Need{VirtualCluster: vcID, Tier: string(team.Tier), Pool: team.Pool,
+		d, err := s.fleet.PlaceAmong(ctx, q, hosts, fleet.Need{VirtualCluster: vcID, Tier: string(team.Tier), Pool: team.Pool,
 			Quota: want, Placement: p.Create.Spec.Placement})
 		if errs.KindOf(err) == errs.KindFailedPrecondition {
 			o.NoHostCluster = err
@@ -164,7 +172,7 @@ func (s *Service) CheckFit(ctx context.Context, team tenancy.Team, p Payload, vc
 	var out Fit
 	err := s.db.InTx(ctx, store.TxOptions{ReadOnly: true, MaxAttempts: 1}, func(ctx context.Context, tx *store.Tx) error {
 		var err error
-		out, err = s.checkFit(ctx, tx, team, p, vcID)
+		out, err = s.checkFit(ctx, tx, team, p, vcID, nil)
 		return err
 	})
 	return out, err

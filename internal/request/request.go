@@ -160,6 +160,10 @@ type Request struct {
 	FailureMessage       string
 	Version              int64
 	Created, Updated     time.Time
+
+	// locked is what Decide read for approving it in this transaction
+	// (nil: approve reads what it needs).
+	locked *lockedRows
 }
 
 // Name is the API resource name.
@@ -287,7 +291,7 @@ func EncodePayload(p Payload) ([]byte, error) {
 
 // DecodePayload parses the payload column.
 func DecodePayload(raw []byte) (Payload, error) {
-	snake, err := jsonshape.SnakeKeys(raw)
+	snake, err := jsonshape.SnakeKeysForDecode(raw)
 	if err != nil {
 		return Payload{}, err
 	}

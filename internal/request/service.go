@@ -22,6 +22,15 @@ import (
 	"github.com/gpuplane/gpuplane/internal/workqueue"
 )
 
+// lockedRows are what Decide read, under lock, for approving a new
+// virtual cluster, so that approve reads nothing more.
+type lockedRows struct {
+	team  tenancy.Team
+	vc    virtualcluster.VirtualCluster
+	held  quota.Resources // what the team's other virtual clusters hold
+	hosts []fleet.HostCluster
+}
+
 // Service decides requests.
 type Service struct {
 	db       *store.DB
@@ -100,19 +109,34 @@ func (s *Service) Create(ctx context.Context, tx *store.Tx, actor reqctx.Princip
 	return row, nil
 }
 
-// Decide runs one decision on request id of department dept in a
-// transaction (grouped with the department's other changes,
+// Decide runs one decision on the request seen (as read before the
+// transaction: its id, department, team and virtual cluster, which never
+// change) in a transaction (grouped with the department's other changes,
 // tenancy.DepartmentGroup): it locks the department, then the request,
-// checks etag and calls apply.
-func (s *Service) Decide(ctx context.Context, id, dept, etag string, apply func(ctx context.Context, tx *store.Tx, r *Request) error) (Request, error) {
+// checks etag and calls apply. For a new virtual cluster it also reads,
+// in the same round trip and lock order, what an approval needs (locked():
+// the team, the virtual cluster, what the team holds, the host clusters).
+func (s *Service) Decide(ctx context.Context, seen Request, etag string, apply func(ctx context.Context, tx *store.Tx, r *Request) error) (Request, error) {
 	var out Request
-	err := s.db.InGroupTx(ctx, tenancy.DepartmentGroup(dept), func(ctx context.Context, tx *store.Tx) error {
-		if _, err := tenancy.LockDepartment(ctx, tx, dept); err != nil {
+	err := s.db.InGroupTx(ctx, tenancy.DepartmentGroup(seen.Department), func(ctx context.Context, tx *store.Tx) error {
+		var b store.Batch
+		var budget quota.Resources
+		var cur Request
+		tenancy.QueueLockDepartment(&b, &budget, seen.Department)
+		queueGet(&b, &cur, seen.ID, true)
+		var l *lockedRows
+		if seen.Kind == KindCreateVirtualCluster && seen.VirtualCluster != nil {
+			l = &lockedRows{}
+			tenancy.QueueGetTeam(&b, &l.team, seen.Team, true)
+			virtualcluster.QueueGet(&b, &l.vc, *seen.VirtualCluster, true)
+			virtualcluster.QueueQuotaOfTeam(&b, &l.held, seen.Team, *seen.VirtualCluster)
+			fleet.QueueAll(&b, &l.hosts)
+		}
+		if err := tx.Send(ctx, &b); err != nil {
 			return err
 		}
-		cur, err := Get(ctx, tx, id, true)
-		if err != nil {
-			return err
+		if l != nil && cur.Team == seen.Team && cur.vcID() == *seen.VirtualCluster && l.vc.Team == cur.Team {
+			cur.locked = l
 		}
 		if err := store.CheckEtag(cur.Name(), etag, cur.Etag()); err != nil {
 			return err
@@ -215,8 +239,12 @@ func (s *Service) approve(ctx context.Context, tx *store.Tx, r *Request, actor r
 	if !r.State.CanMoveTo(StateApproved) {
 		return transitionError(r.Name(), r.State, StateApproved)
 	}
-	team, err := tenancy.GetTeam(ctx, tx, r.Team, true)
-	if err != nil {
+	l := r.locked
+	var team tenancy.Team
+	var err error
+	if l != nil {
+		team = l.team
+	} else if team, err = tenancy.GetTeam(ctx, tx, r.Team, true); err != nil {
 		return err
 	}
 	if c := r.Payload.Create; c != nil && c.Spec.ExpireTime != nil && !c.Spec.ExpireTime.After(s.now()) {
@@ -224,7 +252,7 @@ func (s *Service) approve(ctx context.Context, tx *store.Tx, r *Request, actor r
 			"%s asks for a virtual cluster whose expire_time (%s) has already passed; reject it or ask again",
 			r.Name(), c.Spec.ExpireTime.Format(time.RFC3339))
 	}
-	fit, err := s.checkFit(ctx, tx, team, r.Payload, r.vcID())
+	fit, err := s.checkFit(ctx, tx, team, r.Payload, r.vcID(), l)
 	if err != nil {
 		return err
 	}
@@ -239,6 +267,10 @@ func (s *Service) approve(ctx context.Context, tx *store.Tx, r *Request, actor r
 	case KindCreateVirtualCluster:
 		if fit.HostCluster == "" {
 			return errs.New(errs.KindUnknown, errs.ReasonInternal, "%s fits but was placed on no host cluster", r.Name())
+		}
+		if l != nil {
+			target, err = s.placeAndProvision(ctx, tx, actor, team.Department, l.vc, fit.HostCluster)
+			break
 		}
 		if err := virtualcluster.PlaceOn(ctx, tx, r.vcID(), fit.HostCluster); err != nil {
 			return err
@@ -275,11 +307,7 @@ func (s *Service) approve(ctx context.Context, tx *store.Tx, r *Request, actor r
 	if policyID != "" {
 		pol = &policyID
 	}
-	row, err := setDecision(ctx, tx, r.ID, StateApproved, decider, reason, pol, target)
-	if err != nil {
-		return err
-	}
-	*r = row
+	*r = setDecisionDeferred(tx, *r, StateApproved, decider, reason, pol, target)
 	if !applied {
 		return record(ctx, tx, actor, action, r.Name(), "", *r, before, r.Snapshot())
 	}
@@ -290,11 +318,32 @@ func (s *Service) approve(ctx context.Context, tx *store.Tx, r *Request, actor r
 	if err := record(ctx, tx, actor, action, r.Name(), "", *r, before, approved); err != nil {
 		return err
 	}
-	if row, err = setState(ctx, tx, r.ID, StateApplied); err != nil {
+	row, err := setState(ctx, tx, r.ID, StateApplied)
+	if err != nil {
 		return err
 	}
 	*r = row
 	return record(ctx, tx, actor, "Request"+StateApplied.Word(), r.Name(), "", *r, approved, r.Snapshot())
+}
+
+// placeAndProvision is moveVirtualCluster to PROVISIONING on host cluster
+// host for a new virtual cluster vc that Decide read and locked: the write
+// is deferred, nothing is read.
+func (s *Service) placeAndProvision(ctx context.Context, tx *store.Tx, actor reqctx.Principal, dept string, vc virtualcluster.VirtualCluster, host string) (*int64, error) {
+	if !vc.Phase.CanMoveTo(virtualcluster.PhaseProvisioning) {
+		return nil, errs.FailedPrecondition(errs.ReasonInvalidTransition,
+			"virtual cluster %s is %s and cannot move to %s", vc.Name(), vc.Phase, virtualcluster.PhaseProvisioning)
+	}
+	row := virtualcluster.MoveDeferred(tx, vc, virtualcluster.PhaseProvisioning, vc.Spec.Quota, vc.Spec.Limit,
+		virtualcluster.Versions{Chart: vc.Spec.ChartVersion, Kubernetes: vc.Spec.KubernetesVersion}, false, host)
+	if err := workqueue.Enqueue(ctx, tx, vc.ID); err != nil {
+		return nil, err
+	}
+	gen := row.Generation
+	return &gen, audit.Record(ctx, tx, audit.Event{
+		Actor: actor, Action: "UpdateVirtualCluster", Resource: vc.Name(),
+		Department: dept, Team: vc.Team, Before: vc.Snapshot(), After: row.Snapshot(), EventType: eventtype.VirtualClusterPhaseChanged,
+	})
 }
 
 // moveVirtualCluster changes phase (and quota, and the chart and

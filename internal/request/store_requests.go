@@ -38,6 +38,11 @@ func Get(ctx context.Context, q store.Querier, id string, lock bool) (Request, e
 	return store.GetOne(ctx, q, `SELECT `+columns+` FROM requests WHERE id = $1`, lock, scan, errs.NotFound(names.Request(id)), id)
 }
 
+// queueGet is Get, queued in b (for Tx.Send).
+func queueGet(b *store.Batch, dst *Request, id string, lock bool) {
+	store.QueueOne(b, dst, `SELECT `+columns+` FROM requests WHERE id = $1`, lock, scan, errs.NotFound(names.Request(id)), id)
+}
+
 func newID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
@@ -82,6 +87,21 @@ func setDecision(ctx context.Context, tx *store.Tx, id string, state State, deci
 		UPDATE requests SET state = $2, decider = $3, decide_time = now(), decision_reason = $4,
 		       approval_policy_id = $5, target_generation = $6, version = version + 1, update_time = now()
 		 WHERE id = $1 RETURNING `+columns, id, state, decider, reason, policyID, target))
+}
+
+// setDecisionDeferred is setDecision for cur, which the transaction has
+// locked or written: the row is computed here and the write deferred
+// (store.Tx.ExecDeferred). It returns the row as stored.
+func setDecisionDeferred(tx *store.Tx, cur Request, state State, decider, reason string, policyID *string, target *int64) Request {
+	now := store.Now()
+	next := cur
+	next.State, next.Decider, next.DecideTime, next.DecisionReason = state, decider, &now, reason
+	next.ApprovalPolicy, next.TargetGeneration, next.Version, next.Updated = policyID, target, cur.Version+1, now
+	tx.ExecDeferred(`
+		UPDATE requests SET state = $2, decider = $3, decide_time = $4, decision_reason = $5,
+		       approval_policy_id = $6, target_generation = $7, version = $8, update_time = $4
+		 WHERE id = $1`, cur.ID, state, decider, now, reason, policyID, target, next.Version)
+	return next
 }
 
 // setState moves a request on without touching the decision (APPROVED ->

@@ -124,7 +124,9 @@ func (c *inProcessConn) Invoke(ctx context.Context, method string, args, reply a
 		sctx = c.serverStats.TagRPC(sctx, &stats.RPCTagInfo{FullMethodName: method})
 		c.serverStats.HandleRPC(sctx, &stats.Begin{BeginTime: serverBegin})
 	}
-	stream := &inProcessStream{method: method}
+	// checkText ran above (with the JSON names REST callers know), so
+	// unaryChain need not walk the request again.
+	stream := &inProcessStream{method: method, textChecked: true}
 	sctx = grpc.NewContextWithServerTransportStream(sctx, stream)
 
 	dec := func(v any) error {
@@ -172,7 +174,8 @@ func (c *inProcessConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, me
 // inProcessStream is the grpc.ServerTransportStream of an in-process call:
 // it collects the header and trailer the handler and interceptors set.
 type inProcessStream struct {
-	method string
+	method      string
+	textChecked bool
 
 	mu              sync.Mutex
 	header, trailer metadata.MD

@@ -87,13 +87,20 @@ func (s *Server) unaryChain(ctx context.Context, req any, info *grpc.UnaryServer
 	if ctx, err = c.authenticate(ctx); err != nil {
 		return nil, err
 	}
-	if m, ok := req.(proto.Message); ok {
+	if m, ok := req.(proto.Message); ok && !textChecked(ctx) {
 		if err := checkText(m, false); err != nil { // textcheck.go
-			return nil, toStatus(ctx, c.log, err)
+			return nil, c.status(ctx, err)
 		}
 	}
 	resp, err = handler(ctx, req)
-	return resp, toStatus(ctx, c.log, c.s.classify(err))
+	return resp, c.status(ctx, c.s.classify(err))
+}
+
+// textChecked: an in-process call whose request passed checkText before
+// it entered the chain.
+func textChecked(ctx context.Context) bool {
+	st, ok := grpc.ServerTransportStreamFromContext(ctx).(*inProcessStream)
+	return ok && st.textChecked
 }
 
 // call is one RPC on its way through the interceptors.
@@ -101,23 +108,46 @@ type call struct {
 	s      *Server
 	method string
 	start  time.Time
-	md     metadata.MD
-	log    *slog.Logger
+	reqID  string
+	// subject is the authenticated caller's, once known.
+	subject string
+	// log is built on first use (logger): most calls log nothing at the
+	// levels enabled, and a logger with attributes costs allocations.
+	log *slog.Logger
+}
+
+// logger is the call's logger, with its request id, method and subject.
+func (c *call) logger() *slog.Logger {
+	if c.log == nil {
+		c.log = c.s.log.With("request_id", c.reqID, "method", c.method)
+		if c.subject != "" {
+			c.log = c.log.With("subject", c.subject)
+		}
+	}
+	return c.log
+}
+
+// status maps err (nil stays nil) to the call's gRPC status.
+func (c *call) status(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	return toStatus(ctx, c.logger(), err)
 }
 
 // begin assigns the request id (the caller's, when valid) and sends it back.
 func (s *Server) begin(ctx context.Context, method string) (context.Context, *call) {
 	c := &call{s: s, method: method, start: time.Now()}
-	c.md, _ = metadata.FromIncomingContext(ctx)
 	reqID := ""
-	if v := c.md.Get(RequestIDHeader); len(v) > 0 && validRequestID(v[0]) {
+	// ValueFromIncomingContext reads one key without copying the map.
+	if v := metadata.ValueFromIncomingContext(ctx, RequestIDHeader); len(v) > 0 && validRequestID(v[0]) {
 		reqID = v[0]
 	} else {
 		reqID = newRequestID()
 	}
 	ctx = reqctx.WithCorrelationID(ctx, reqID)
 	_ = grpc.SetHeader(ctx, metadata.Pairs(RequestIDHeader, reqID))
-	c.log = s.log.With("request_id", reqID, "method", method)
+	c.reqID = reqID
 	return ctx, c
 }
 
@@ -127,11 +157,11 @@ func (c *call) authenticate(ctx context.Context) (context.Context, error) {
 	if unauthenticatedMethod(c.method) {
 		return ctx, nil
 	}
-	p, err := c.s.authenticate(ctx, c.md)
+	p, err := c.s.authenticate(ctx)
 	if err != nil {
-		return ctx, toStatus(ctx, c.log, err)
+		return ctx, c.status(ctx, err)
 	}
-	c.log = c.log.With("subject", p.Subject)
+	c.subject, c.log = p.Subject, nil
 	return reqctx.WithPrincipal(ctx, p), nil
 }
 
@@ -139,7 +169,7 @@ func (c *call) authenticate(ctx context.Context) (context.Context, error) {
 // deferred directly.
 func (c *call) end(ctx context.Context, errp *error) {
 	if p := recover(); p != nil {
-		c.log.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
+		c.logger().ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
 		*errp = status.Error(codes.Internal, "internal error")
 	}
 	code := status.Code(*errp)
@@ -150,11 +180,18 @@ func (c *call) end(ctx context.Context, errp *error) {
 	if code == codes.Internal || code == codes.Unknown {
 		level = slog.LevelError
 	}
-	c.log.Log(ctx, level, "rpc", "code", code.String(), "duration_ms", float64(elapsed.Microseconds())/1000)
+	if c.s.log.Enabled(ctx, level) {
+		c.logger().Log(ctx, level, "rpc", "code", code.String(), "duration_ms", float64(elapsed.Microseconds())/1000)
+	}
 }
 
-func (s *Server) authenticate(ctx context.Context, md metadata.MD) (identity.Principal, error) {
-	vals := md.Get("authorization")
+func (s *Server) authenticate(ctx context.Context) (identity.Principal, error) {
+	return s.authenticateHeader(ctx, metadata.ValueFromIncomingContext(ctx, "authorization"))
+}
+
+// authenticateHeader verifies the bearer token among the authorization
+// header values vals.
+func (s *Server) authenticateHeader(ctx context.Context, vals []string) (identity.Principal, error) {
 	if len(vals) == 0 {
 		return identity.Principal{}, errs.New(errs.KindUnauthenticated, errs.ReasonUnauthenticated,
 			"missing bearer token: send 'Authorization: Bearer <OIDC ID token>'")

@@ -8,7 +8,6 @@ import (
 	"strconv"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/gpuplane/gpuplane/internal/errs"
 )
@@ -42,11 +41,7 @@ func (s *Server) guardREST(gw *runtime.ServeMux, limit int64, next http.Handler)
 			fail(w, r, toStatus(r.Context(), s.log, err))
 			return
 		}
-		md := metadata.MD{}
-		for _, v := range r.Header.Values("Authorization") {
-			md.Append("authorization", v)
-		}
-		if _, err := s.authenticate(r.Context(), md); err != nil {
+		if _, err := s.authenticateHeader(r.Context(), r.Header.Values("Authorization")); err != nil {
 			fail(w, r, toStatus(r.Context(), s.log, err))
 			return
 		}

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/stats"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpuplane/gpuplane/api"
@@ -135,10 +136,16 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// One unary interceptor, built once, for the gRPC server and the
 	// gateway's in-process calls alike, so the two cannot drift apart.
 	unary := chainUnary(s.unaryChain, annotateSpan)
-	serverStats := grpcServerTracing(cfg.TracerProvider)
-	s.grpc = grpc.NewServer(grpc.UnaryInterceptor(unary), grpc.ChainStreamInterceptor(s.streamChain),
-		grpc.MaxRecvMsgSize(int(cfg.MaxRequestBytes)), grpc.StatsHandler(serverStats))
-	clientStats := grpcClientTracing(cfg.TracerProvider)
+	serverOpts := []grpc.ServerOption{grpc.UnaryInterceptor(unary), grpc.ChainStreamInterceptor(s.streamChain),
+		grpc.MaxRecvMsgSize(int(cfg.MaxRequestBytes))}
+	// Stats handlers only when tracing is on (telemetry.Tracing); nil ones
+	// are skipped by the in-process calls too.
+	var serverStats, clientStats stats.Handler
+	if telemetry.Tracing(cfg.TracerProvider) {
+		serverStats, clientStats = grpcServerTracing(cfg.TracerProvider), grpcClientTracing(cfg.TracerProvider)
+		serverOpts = append(serverOpts, grpc.StatsHandler(serverStats))
+	}
+	s.grpc = grpc.NewServer(serverOpts...)
 	s.inproc = &inProcessConn{log: s.log, methods: map[string]inProcessMethod{}, unary: unary,
 		clientStats: clientStats, serverStats: serverStats}
 	// Every API service is served by the gRPC server and in-process by the
@@ -167,8 +174,11 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	// chain (authentication, logging, metrics, error mapping). No idle
 	// timeout: the connection must stay up while Shutdown drains, when the
 	// gRPC port no longer accepts new connections.
-	s.gwConn, err = grpc.NewClient(s.lisGRPC.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithIdleTimeout(0), grpc.WithStatsHandler(clientStats))
+	dialOpts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithIdleTimeout(0)}
+	if clientStats != nil {
+		dialOpts = append(dialOpts, grpc.WithStatsHandler(clientStats))
+	}
+	s.gwConn, err = grpc.NewClient(s.lisGRPC.Addr().String(), dialOpts...)
 	if err != nil {
 		s.closeListeners()
 		return nil, fmt.Errorf("dial own gRPC port: %w", err)
@@ -181,11 +191,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	routes = append(routes, nonAPIRoutes...)
 	gw := runtime.NewServeMux(
+		// Only what the server reads becomes metadata: the request id
+		// (Authorization the gateway always passes on). The default would
+		// copy every "permanent" header, cookies included, into each call.
 		runtime.WithIncomingHeaderMatcher(func(key string) (string, bool) {
 			if strings.EqualFold(key, RequestIDHeader) {
 				return RequestIDHeader, true
 			}
-			return runtime.DefaultHeaderMatcher(key)
+			return "", false
 		}),
 		runtime.WithOutgoingHeaderMatcher(func(key string) (string, bool) {
 			if key == RequestIDHeader {

@@ -24,7 +24,7 @@ func (s *Server) streamChain(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	}
 	annotate(ctx)
 	err = handler(srv, &contextStream{ServerStream: ss, ctx: ctx})
-	return toStatus(ctx, c.log, s.classify(err))
+	return c.status(ctx, s.classify(err))
 }
 
 // contextStream carries the chain's context (principal, request id) to

@@ -48,8 +48,12 @@ func grpcClientTracing(tp trace.TracerProvider) stats.Handler {
 	)
 }
 
-// httpTracing traces HTTP requests except the probe and scrape endpoints.
+// httpTracing traces HTTP requests except the probe and scrape endpoints
+// (h as it is with tracing off).
 func httpTracing(tp trace.TracerProvider, h http.Handler) http.Handler {
+	if !telemetry.Tracing(tp) {
+		return h
+	}
 	return otelhttp.NewHandler(h, "gpuplane.http",
 		otelhttp.WithTracerProvider(telemetry.OrNoop(tp)),
 		otelhttp.WithPropagators(telemetry.Propagator()),

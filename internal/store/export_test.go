@@ -4,5 +4,8 @@ package store
 func GroupPending(db *DB, key string) int {
 	db.groups.mu.Lock()
 	defer db.groups.mu.Unlock()
-	return len(db.groups.pending[key])
+	if st := db.groups.byKey[key]; st != nil {
+		return len(st.pending)
+	}
+	return 0
 }

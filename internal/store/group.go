@@ -45,12 +45,26 @@ type groupMember struct {
 }
 
 type groups struct {
-	mu sync.Mutex
-	// pending holds, by key, the members waiting for the next batch. A key
-	// present (even with none waiting) means a leader is running a batch
-	// of it or about to.
-	pending map[string][]*groupMember
+	mu    sync.Mutex
+	byKey map[string]*groupState
 }
+
+// groupState is one key's queue. A key is in groups.byKey while a batch of
+// it runs or members wait.
+type groupState struct {
+	pending []*groupMember
+	// running counts batches in flight: at most maxInFlight, one of them
+	// still running its members, the other already committing.
+	running int
+}
+
+// maxInFlight lets the next batch of a key run its members while the
+// previous one waits for its COMMIT's flush, which is otherwise time when
+// neither the database nor this process has anything of the key to do.
+// A member of the next batch that needs the department lock waits in the
+// database until that commit is done, so changes that lock are still
+// applied one batch after the other; the rest need not wait.
+const maxInFlight = 2
 
 // InGroupTx runs fn like InTx (read committed, retried on deadlocks), but
 // together with the other changes of the same key that arrive while one
@@ -69,49 +83,78 @@ func (db *DB) InGroupTx(ctx context.Context, key string, fn func(ctx context.Con
 	}
 	m := &groupMember{ctx: ctx, fn: fn, done: make(chan error, 1)}
 	db.groups.mu.Lock()
-	if db.groups.pending == nil {
-		db.groups.pending = map[string][]*groupMember{}
+	if db.groups.byKey == nil {
+		db.groups.byKey = map[string]*groupState{}
 	}
-	queued, running := db.groups.pending[key]
-	db.groups.pending[key] = append(queued, m)
+	st := db.groups.byKey[key]
+	if st == nil {
+		st = &groupState{}
+		db.groups.byKey[key] = st
+	}
+	st.pending = append(st.pending, m)
+	var batch []*groupMember
+	if st.running == 0 {
+		batch = db.takeBatch(st)
+	}
 	db.groups.mu.Unlock()
-	if !running {
+	if batch != nil {
 		// This caller leads: it runs the first batch itself (no goroutine
-		// hop at low load) and hands on to a goroutine if more queued up.
-		db.leadGroup(key)
+		// hop at low load); later batches run on goroutines of their own.
+		db.runBatch(key, st, batch)
 	}
 	return <-m.done
 }
 
-// leadGroup runs batches of key until its queue is empty.
-func (db *DB) leadGroup(key string) {
-	db.groups.mu.Lock()
-	queued := db.groups.pending[key]
-	n := min(len(queued), maxGroup)
+// takeBatch takes the next batch of st and counts it as running; the
+// caller holds groups.mu.
+func (db *DB) takeBatch(st *groupState) []*groupMember {
+	n := min(len(st.pending), maxGroup)
+	batch := st.pending[:n:n]
 	// The rest is copied so that the next batch does not keep this one's
 	// members reachable.
-	db.groups.pending[key] = append([]*groupMember{}, queued[n:]...)
-	db.groups.mu.Unlock()
-
-	db.runGroup(queued[:n:n])
-
-	db.groups.mu.Lock()
-	if len(db.groups.pending[key]) == 0 {
-		delete(db.groups.pending, key)
-		db.groups.mu.Unlock()
-		return
-	}
-	db.groups.mu.Unlock()
-	// The leader's own change is answered; it must not wait for others'.
-	go db.leadGroup(key)
+	st.pending = append([]*groupMember{}, st.pending[n:]...)
+	st.running++
+	return batch
 }
 
-// runGroup runs one batch in one transaction and answers every member.
-func (db *DB) runGroup(batch []*groupMember) {
+// startNext starts the next batch of key on a goroutine when members wait
+// and fewer than maxInFlight batches run.
+func (db *DB) startNext(key string, st *groupState) {
+	db.groups.mu.Lock()
+	var batch []*groupMember
+	if len(st.pending) > 0 && st.running < maxInFlight {
+		batch = db.takeBatch(st)
+	}
+	db.groups.mu.Unlock()
+	if batch != nil {
+		go db.runBatch(key, st, batch)
+	}
+}
+
+// runBatch runs one batch of key and then hands on: the next batch may
+// start as soon as this one's members ran (before its COMMIT), and at the
+// latest when it is done.
+func (db *DB) runBatch(key string, st *groupState, batch []*groupMember) {
+	db.runGroup(batch, func() { db.startNext(key, st) })
+	db.groups.mu.Lock()
+	st.running--
+	if st.running == 0 && len(st.pending) == 0 {
+		delete(db.groups.byKey, key)
+	}
+	db.groups.mu.Unlock()
+	// The caller's own change is answered; it must not wait for others'.
+	db.startNext(key, st)
+}
+
+// runGroup runs one batch in one transaction and answers every member;
+// executed runs (once) when the members ran, before COMMIT.
+func (db *DB) runGroup(batch []*groupMember, executed func()) {
 	results := make([]error, len(batch))
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), groupTimeout)
 	defer cancel()
+	var once sync.Once
 	err := db.InTx(ctx, TxOptions{}, func(ctx context.Context, tx *Tx) error {
+		defer once.Do(executed)
 		clear(results)
 		if len(batch) == 1 {
 			// Alone: no savepoint needed, and any error is the

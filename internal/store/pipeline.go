@@ -32,6 +32,8 @@ type stmt struct {
 	member int
 	// savepoint marks a member's SAVEPOINT (sent tells that it ran).
 	savepoint bool
+	// mapErr turns the statement's error into the caller's (nil: as is).
+	mapErr func(error) error
 }
 
 // deferredError is the error of a statement that ran after the call that
@@ -84,6 +86,13 @@ func (t *Tx) SignalCommit() { t.signal = true }
 // on the error but fail.
 func (t *Tx) ExecDeferred(sql string, args ...any) {
 	t.queued = append(t.queued, stmt{sql: sql, args: args, member: t.member})
+}
+
+// ExecDeferredMapped is ExecDeferred for a write whose failures mean
+// something to the caller (a unique key already taken, a parent gone):
+// mapErr turns the statement's error into the one the later call returns.
+func (t *Tx) ExecDeferredMapped(mapErr func(error) error, sql string, args ...any) {
+	t.queued = append(t.queued, stmt{sql: sql, args: args, member: t.member, mapErr: mapErr})
 }
 
 // Exec implements Querier.
@@ -200,6 +209,9 @@ func (t *Tx) readQueued(br pgx.BatchResults, sent []stmt) error {
 				// Which savepoint is newest is no longer known: the
 				// batch cannot recover a member on its own.
 				return rollbackError{fmt.Errorf("store: savepoint: %w", err)}
+			}
+			if s.mapErr != nil {
+				err = s.mapErr(err)
 			}
 			t.failed = &deferredError{member: s.member, err: err}
 			return t.failed
@@ -343,3 +355,80 @@ func (r errRow) Scan(...any) error { return r.err }
 
 // releaseTimeout bounds ROLLBACK when the caller's context is gone.
 const releaseTimeout = 5 * time.Second
+
+// Batch collects reads that do not depend on each other's answers, for
+// Tx.Send to run in one round trip, in order (so a row lock taken by one
+// holds for the ones after it).
+type Batch struct {
+	items []batchItem
+}
+
+type batchItem struct {
+	sql  string
+	args []any
+	rows func(pgx.Rows) error
+}
+
+// QueueRows adds a query whose rows read consumes (it must not close them).
+func (b *Batch) QueueRows(read func(pgx.Rows) error, sql string, args ...any) {
+	b.items = append(b.items, batchItem{sql: sql, args: args, rows: read})
+}
+
+// QueueOne adds a single-row read, as GetOne does it: FOR UPDATE when
+// lock, no row is notFound; the row goes to *dst.
+func QueueOne[T any](b *Batch, dst *T, sql string, lock bool, scan func(pgx.Row) (T, error), notFound error, args ...any) {
+	if lock {
+		sql += ` FOR UPDATE`
+	}
+	b.QueueRows(func(rows pgx.Rows) error {
+		if !rows.Next() {
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			return notFound
+		}
+		v, err := scan(rows)
+		if err != nil {
+			return err
+		}
+		*dst = v
+		return nil
+	}, sql, args...)
+}
+
+// Send runs b's reads in one round trip, after what the transaction has
+// queued (BEGIN, savepoints, deferred writes), and returns the first
+// error. Every read runs even when an earlier one found nothing.
+func (t *Tx) Send(ctx context.Context, b *Batch) error {
+	if len(b.items) == 0 {
+		return t.flush(ctx)
+	}
+	pb, sent := t.batch()
+	for _, it := range b.items {
+		pb.Queue(it.sql, it.args...)
+	}
+	br := t.conn.SendBatch(ctx, pb)
+	err := t.readQueued(br, sent)
+	for _, it := range b.items {
+		if err != nil {
+			break
+		}
+		rows, qerr := br.Query()
+		if qerr != nil {
+			err = qerr
+			break
+		}
+		rerr := it.rows(rows)
+		rows.Close()
+		if rerr == nil {
+			rerr = rows.Err()
+		}
+		if rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -11,8 +11,11 @@ import (
 // statement with $n placeholders, never the arguments). Statements run
 // outside a recorded span (pool health checks, the worker's idle polling,
 // metric scrapes) produce none. Pool acquisition is not traced. Spans are
-// named "query SELECT", "prepare SELECT", "batch"...
+// named "query SELECT", "prepare SELECT", "batch"... Nil with tracing off.
 func PGXTracer(tp trace.TracerProvider) pgx.QueryTracer {
+	if !Tracing(tp) {
+		return nil
+	}
 	return otelpgx.NewTracer(
 		otelpgx.WithTracerProvider(OrNoop(tp)),
 		otelpgx.WithMeterProvider(metricnoop.NewMeterProvider()),

@@ -96,6 +96,12 @@ func TeamNode(ctx context.Context, q store.Querier, team string, teamQuota quota
 	return quota.Node{Level: quota.LevelTeam, Name: names.Team(team), Capacity: teamQuota, Used: used}, err
 }
 
+// TeamNodeOf is TeamNode for a team whose virtual clusters (but the one
+// being decided) hold used, already read (virtualcluster.QueueQuotaOfTeam).
+func TeamNodeOf(team string, teamQuota, used quota.Resources) quota.Node {
+	return quota.Node{Level: quota.LevelTeam, Name: names.Team(team), Capacity: teamQuota, Used: used}
+}
+
 // ChildrenOfTeam sums what the team's virtual clusters hold.
 func ChildrenOfTeam(ctx context.Context, q store.Querier, team string) (quota.Resources, error) {
 	return virtualcluster.QuotaOfTeam(ctx, q, team, "")

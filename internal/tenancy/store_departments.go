@@ -48,11 +48,20 @@ func Budget(ctx context.Context, q store.Querier, dept string, lock bool) (quota
 // only needs the row to stay (FOR KEY SHARE); deleting the department
 // (FOR UPDATE) still waits for both.
 func LockDepartment(ctx context.Context, tx *store.Tx, dept string) (quota.Resources, error) {
-	return store.GetOne(ctx, tx, `SELECT gpu_centi, cpu_millis, memory_bytes FROM departments WHERE id = $1 FOR NO KEY UPDATE`, false,
-		func(row pgx.Row) (quota.Resources, error) {
-			var r quota.Resources
-			return r, row.Scan(&r.GPU, &r.CPUMillis, &r.MemoryBytes)
-		}, errs.NotFound(names.Department(dept)), dept)
+	return store.GetOne(ctx, tx, lockDepartmentSQL, false, scanBudget, errs.NotFound(names.Department(dept)), dept)
+}
+
+// QueueLockDepartment is LockDepartment, queued in b (for Tx.Send), the
+// budget going to *budget.
+func QueueLockDepartment(b *store.Batch, budget *quota.Resources, dept string) {
+	store.QueueOne(b, budget, lockDepartmentSQL, false, scanBudget, errs.NotFound(names.Department(dept)), dept)
+}
+
+const lockDepartmentSQL = `SELECT gpu_centi, cpu_millis, memory_bytes FROM departments WHERE id = $1 FOR NO KEY UPDATE`
+
+func scanBudget(row pgx.Row) (quota.Resources, error) {
+	var r quota.Resources
+	return r, row.Scan(&r.GPU, &r.CPUMillis, &r.MemoryBytes)
 }
 
 // DepartmentGroup is the store.DB.InGroupTx key of changes that lock

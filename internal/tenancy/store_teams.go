@@ -36,30 +36,44 @@ func scanTeamWith(row pgx.Row, more ...any) (Team, error) {
 	return t, err
 }
 
+// QueueGetTeam is GetTeam, queued in b (for Tx.Send).
+func QueueGetTeam(b *store.Batch, dst *Team, id string, lock bool) {
+	store.QueueOne(b, dst, `SELECT `+teamColumns+` FROM teams WHERE id = $1`, lock, scanTeam, errs.NotFound(names.Team(id)), id)
+}
+
 // GetTeam reads a team; lock takes a row lock (in a Tx).
 func GetTeam(ctx context.Context, q store.Querier, id string, lock bool) (Team, error) {
 	return store.GetOne(ctx, q, `SELECT `+teamColumns+` FROM teams WHERE id = $1`, lock, scanTeam, errs.NotFound(names.Team(id)), id)
 }
 
 func insertTeam(ctx context.Context, tx *store.Tx, t Team) (Team, error) {
-	row, err := scanTeam(tx.QueryRow(ctx, `
-		INSERT INTO teams (id, department_id, display_name, isolation_tier, node_pool, gpu_centi, cpu_millis, memory_bytes,
-		                   auto_sleep_after_seconds)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING `+teamColumns,
-		t.ID, t.Department, t.DisplayName, t.Tier, t.Pool, t.Quota.GPU, t.Quota.CPUMillis, t.Quota.MemoryBytes,
-		int64(t.AutoSleepAfter/time.Second)))
+	// Every column is known here (uid and times included), so the insert
+	// needs no answer and travels with the transaction's next round trip;
+	// its failures come back from there, mapped as below.
+	t.UID, t.Version = store.NewUID(), 1
+	t.Created = store.Now()
+	t.Updated = t.Created
+	tx.ExecDeferredMapped(func(err error) error { return insertTeamError(err, t) }, `
+		INSERT INTO teams (uid, id, department_id, display_name, isolation_tier, node_pool, gpu_centi, cpu_millis, memory_bytes,
+		                   auto_sleep_after_seconds, version, create_time, update_time)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)`,
+		t.UID, t.ID, t.Department, t.DisplayName, t.Tier, t.Pool, t.Quota.GPU, t.Quota.CPUMillis, t.Quota.MemoryBytes,
+		int64(t.AutoSleepAfter/time.Second), t.Version, t.Created)
+	return t, nil
+}
+
+func insertTeamError(err error, t Team) error {
 	switch {
-	case err == nil:
 	case store.ConstraintName(err) == poolConstraint:
-		return row, poolTaken("team.node_pool", t.Pool)
+		return poolTaken("team.node_pool", t.Pool)
 	case errs.KindOf(store.Classify(err)) == errs.KindAlreadyExists:
-		return row, errs.AlreadyExists(names.Team(t.ID))
+		return errs.AlreadyExists(names.Team(t.ID))
 	case store.ConstraintName(err) == departmentConstraint:
 		// Only a create that did not lock the department first (its team
 		// takes no quota) gets here for a department that never existed.
-		return row, errs.NotFound(names.Department(t.Department))
+		return errs.NotFound(names.Department(t.Department))
 	}
-	return row, err
+	return err
 }
 
 // departmentConstraint is the teams -> departments foreign key

@@ -68,7 +68,7 @@ func DecodeConditions(raw []byte) ([]Condition, error) {
 	if len(raw) == 0 {
 		return []Condition{}, nil
 	}
-	snake, err := jsonshape.SnakeKeys(raw)
+	snake, err := jsonshape.SnakeKeysForDecode(raw)
 	if err != nil {
 		return nil, err
 	}

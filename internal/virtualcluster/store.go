@@ -82,6 +82,12 @@ func Get(ctx context.Context, q store.Querier, id string, lock bool) (VirtualClu
 		errs.NotFound("virtual cluster "+id), id, gonePhases)
 }
 
+// QueueGet is Get, queued in b (for Tx.Send).
+func QueueGet(b *store.Batch, dst *VirtualCluster, id string, lock bool) {
+	store.QueueOne(b, dst, `SELECT `+columns+` FROM virtual_clusters WHERE id = $1`+currentOrder, lock, scan,
+		errs.NotFound("virtual cluster "+id), id, gonePhases)
+}
+
 // GetOfTeam reads a team's virtual cluster by id: its newest incarnation
 // in that team. Another team may have taken the id since (after this one
 // was rejected or deleted); this one is still the team's to read.
@@ -185,6 +191,33 @@ var autoSleepPhases = []string{string(PhaseReady), string(PhaseDegraded)}
 
 // PlaceOn records the host cluster a virtual cluster runs on (its create
 // request is being approved; the caller holds the locks placement needs).
+// MoveDeferred is Move (and, with hostCluster set, PlaceOn) for the
+// current incarnation cur, which the transaction has locked: the row is
+// computed here and the write deferred (store.Tx.ExecDeferred). It returns
+// the row as stored.
+func MoveDeferred(tx *store.Tx, cur VirtualCluster, phase Phase, q quota.Resources, limit *quota.Resources, v Versions, bump bool, hostCluster string) VirtualCluster {
+	next := cur
+	next.Phase, next.Spec.Quota, next.Spec.Limit = phase, q, limit
+	next.Spec.ChartVersion, next.Spec.KubernetesVersion = v.Chart, v.Kubernetes
+	if bump {
+		next.Generation++
+	}
+	if hostCluster != "" {
+		next.HostCluster = hostCluster
+	}
+	next.StatusMessage, next.Version, next.Updated = "", cur.Version+1, store.Now()
+	lg, lc, lm := limitColumns(limit)
+	tx.ExecDeferred(`
+		UPDATE virtual_clusters SET phase = $2, gpu_centi = $3, cpu_millis = $4, memory_bytes = $5,
+		       limit_gpu_centi = $6, limit_cpu_millis = $7, limit_memory_bytes = $8,
+		       chart_version = $9, kubernetes_version = $10, generation = $11, host_cluster_id = NULLIF($12, ''),
+		       status_message = '', version = $13, update_time = $14
+		 WHERE uid = $1`,
+		cur.UID, phase, q.GPU, q.CPUMillis, q.MemoryBytes, lg, lc, lm, v.Chart, v.Kubernetes, next.Generation,
+		next.HostCluster, next.Version, next.Updated)
+	return next
+}
+
 func PlaceOn(ctx context.Context, tx *store.Tx, id, hostCluster string) error {
 	_, err := tx.Exec(ctx, `UPDATE virtual_clusters SET host_cluster_id = $3 WHERE uid = `+currentUID, id, gonePhases, hostCluster)
 	return err
@@ -266,11 +299,23 @@ const heldBy = `SELECT v.host_cluster_id, v.team_id, t.node_pool, t.department_i
 // QuotaOfTeam sums the quotas of the team's virtual clusters that hold
 // quota, except excludeVC ("" excludes none).
 func QuotaOfTeam(ctx context.Context, q store.Querier, team, excludeVC string) (quota.Resources, error) {
-	return sum(ctx, q, `WITH x AS (`+heldBy+` AND v.team_id = $3),
+	return sum(ctx, q, quotaOfTeamSQL, excludeVC, holdsQuotaPhases, team)
+}
+
+const quotaOfTeamSQL = `WITH x AS (` + heldBy + ` AND v.team_id = $3),
 		     h AS (SELECT COALESCE(SUM(gpu_centi),0) g, COALESCE(SUM(cpu_millis),0) c, COALESCE(SUM(memory_bytes),0) m
 		             FROM held_quota WHERE team_id = $3)
 		SELECT h.g - COALESCE((SELECT SUM(gpu_centi) FROM x),0), h.c - COALESCE((SELECT SUM(cpu_millis) FROM x),0),
-		       h.m - COALESCE((SELECT SUM(memory_bytes) FROM x),0) FROM h`, excludeVC, holdsQuotaPhases, team)
+		       h.m - COALESCE((SELECT SUM(memory_bytes) FROM x),0) FROM h`
+
+func scanSum(row pgx.Row) (quota.Resources, error) {
+	var r quota.Resources
+	return r, row.Scan(&r.GPU, &r.CPUMillis, &r.MemoryBytes)
+}
+
+// QueueQuotaOfTeam is QuotaOfTeam, queued in b (for Tx.Send).
+func QueueQuotaOfTeam(b *store.Batch, dst *quota.Resources, team, excludeVC string) {
+	store.QueueOne(b, dst, quotaOfTeamSQL, false, scanSum, nil, excludeVC, holdsQuotaPhases, team)
 }
 
 // QuotaOnHostPool sums the quotas of the virtual clusters on a host

@@ -317,7 +317,7 @@ func (s *Requests) decide(ctx context.Context, name, etag string, authorize func
 	if err := authorize(a, r); err != nil {
 		return nil, err
 	}
-	out, err := s.requests.Decide(ctx, r.ID, r.Department, etag, func(ctx context.Context, tx *store.Tx, r *request.Request) error {
+	out, err := s.requests.Decide(ctx, r, etag, func(ctx context.Context, tx *store.Tx, r *request.Request) error {
 		return apply(ctx, tx, a, r)
 	})
 	if err != nil {
