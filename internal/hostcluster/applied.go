@@ -121,7 +121,7 @@ func (c *Client) forget(vcName string) {
 	c.appliedMu.Lock()
 	defer c.appliedMu.Unlock()
 	delete(c.applied, vcName)
-	delete(c.verified, PolicyName(vcName))
+	delete(c.verified, vcName)
 }
 
 // Unchanged reports whether the host still holds exactly what this Client's
@@ -174,21 +174,22 @@ func guardrailVersions(versions map[string]string, mutating bool) string {
 	return strings.Join(parts, ",")
 }
 
-// enforcementVerified reports whether these exact admission objects (same
-// UIDs, same spec generations) were verified to be in force before. The
-// API server never unloads a policy it enforces while the object stays the
-// same (and an API server that restarts admits nothing until it has loaded
-// every policy again), so that check need not be repeated.
-func (c *Client) enforcementVerified(policy, key string) bool {
+// enforcementVerified reports whether a probe showed the guardrails in
+// force for vcName with exactly this key: the same admission objects (UIDs,
+// spec generations), namespace and parameters. The API server never
+// unloads a policy it enforces while the object stays the same (and an API
+// server that restarts admits nothing until it has loaded every policy
+// again), so that check need not be repeated.
+func (c *Client) enforcementVerified(vcName, key string) bool {
 	c.appliedMu.Lock()
 	defer c.appliedMu.Unlock()
-	return c.verified[policy] == key
+	return c.verified[vcName] == key
 }
 
-func (c *Client) rememberVerified(policy, key string) {
+func (c *Client) rememberVerified(vcName, key string) {
 	c.appliedMu.Lock()
 	defer c.appliedMu.Unlock()
-	c.verified[policy] = key
+	c.verified[vcName] = key
 }
 
 // secretsGVR is for metadata-only reads of Helm's release records.

@@ -70,9 +70,15 @@ type Client struct {
 	// applied is what the last successful Apply of each virtual cluster
 	// left on the host, by virtual cluster name.
 	applied map[string]appliedRecord
-	// verified holds, by policy name, the versions of admission objects
-	// whose enforcement was verified.
+	// verified holds, by virtual cluster name, the combination of shared
+	// guardrail objects and namespace parameters whose enforcement a probe
+	// showed (applyGuardrails).
 	verified map[string]string
+
+	// guardMu serialises applying the shared guardrails; guardApplied are
+	// the versions this Client last applied (nil: none yet).
+	guardMu      sync.Mutex
+	guardApplied map[string]string
 }
 
 // New builds a Client. It does not contact the API server.
@@ -198,8 +204,26 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 	// (applied.go).
 	versions := map[string]string{}
 
+	// The guardrails' parameters go on the namespace (RenderNamespace), so
+	// everything they depend on is known first: whether the server has
+	// mutating policies, and for a tier with its own scheduler the nodes of
+	// its slice.
+	var mutating bool
+	var params map[string]string
 	if err := run(StepNamespace, func(ctx context.Context) (string, error) {
-		ns, err := c.kube.CoreV1().Namespaces().Apply(ctx, RenderNamespace(vc, c.settings), apply)
+		var err error
+		if mutating, err = c.MutatingAdmissionPolicySupported(); err != nil {
+			return "", err
+		}
+		if c.settings.Profile(vc.Tier).OwnScheduler {
+			nodes, err := c.sliceNodes(ctx, vc)
+			if err != nil {
+				return "", err
+			}
+			vc.SliceNodes = nodes
+		}
+		params = GuardrailParams(vc, c.settings, mutating)
+		ns, err := c.kube.CoreV1().Namespaces().Apply(ctx, RenderNamespace(vc, c.settings, params), apply)
 		if err != nil {
 			return "", err
 		}
@@ -227,58 +251,8 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		return steps, err
 	}
 
-	var mutating bool // the server has MutatingAdmissionPolicy (for the fingerprint)
-	policyName := PolicyName(vc.Name)
 	if err := run(StepGuardrails, func(ctx context.Context) (string, error) {
-		if c.settings.Profile(vc.Tier).OwnScheduler {
-			nodes, err := c.sliceNodes(ctx, vc)
-			if err != nil {
-				return "", err
-			}
-			vc.SliceNodes = nodes
-		}
-		var err error
-		mutating, err = c.MutatingAdmissionPolicySupported()
-		if err != nil {
-			return "", err
-		}
-		g := RenderGuardrails(vc, c.settings, mutating)
-		adm := c.kube.AdmissionregistrationV1()
-		vap, err := adm.ValidatingAdmissionPolicies().Apply(ctx, g.Validating, apply)
-		if err != nil {
-			return "", fmt.Errorf("validating policy: %w", err)
-		}
-		versions[policyVersionKey(vapKind)] = specVersion(vap.UID, vap.Generation)
-		vapb, err := adm.ValidatingAdmissionPolicyBindings().Apply(ctx, g.ValidatingBinding, apply)
-		if err != nil {
-			return "", fmt.Errorf("validating policy binding: %w", err)
-		}
-		versions[policyVersionKey(vapbKind)] = specVersion(vapb.UID, vapb.Generation)
-		detail := "validating policy " + *g.Validating.Name + ", enforcement verified (no MutatingAdmissionPolicy on this server: pods must set " + KAIQueueLabel + " themselves)"
-		if mutating {
-			mp, err := adm.MutatingAdmissionPolicies().Apply(ctx, g.Mutating, apply)
-			if err != nil {
-				return "", fmt.Errorf("mutating policy: %w", err)
-			}
-			versions[policyVersionKey(mapKind)] = specVersion(mp.UID, mp.Generation)
-			mpb, err := adm.MutatingAdmissionPolicyBindings().Apply(ctx, g.MutatingBinding, apply)
-			if err != nil {
-				return "", fmt.Errorf("mutating policy binding: %w", err)
-			}
-			versions[policyVersionKey(mapbKind)] = specVersion(mpb.UID, mpb.Generation)
-			detail = "validating and mutating policies " + *g.Validating.Name + ", enforcement verified"
-		}
-		// The API server never unloads a policy it enforces while the
-		// object stays the same, so objects verified before need no probe.
-		key := guardrailVersions(versions, mutating)
-		if c.enforcementVerified(policyName, key) {
-			return detail + " (unchanged since)", nil
-		}
-		if err := c.verifyGuardrails(ctx, vc, mutating); err != nil {
-			return "", err
-		}
-		c.rememberVerified(policyName, key)
-		return detail, nil
+		return c.applyGuardrails(ctx, vc, params, mutating, versions)
 	}); err != nil {
 		return steps, err
 	}
@@ -362,116 +336,6 @@ func (c *Client) checkControlPlaneAdmitted(ctx context.Context, vc VirtualCluste
 	if err != nil && apierrors.IsForbidden(err) && strings.Contains(err.Error(), "violates PodSecurity") {
 		return fmt.Errorf("the vCluster control plane pod cannot run in namespace %s, which enforces Pod Security %q for tier %s: %w",
 			ns, c.settings.Profile(vc.Tier).PodSecurity, vc.Tier, err)
-	}
-	return nil
-}
-
-// guardrailProbeTimeout bounds how long Apply waits for new or changed
-// admission policies to take effect.
-var guardrailProbeTimeout = 15 * time.Second
-
-// guardrailProbeInterval is how often a policy not in force yet is probed
-// again. The API server loads new policies once a second, so this is what
-// the wait overshoots by, against one dry-run pod (API server CPU) per
-// probe: 50 ms doubled the probes of 100 provisioning at once and slowed
-// them down.
-const guardrailProbeInterval = 100 * time.Millisecond
-
-// verifyGuardrails waits until the API server enforces the policies just
-// applied. Admission policies are loaded asynchronously (an informer in every
-// API server instance), so a successful apply is not yet a guarantee; the
-// release is installed only once dry-run probe pods are refused (or, for the
-// mutating policy, labelled), so no tenant pod can arrive unguarded.
-// Only restrictions are probed: a relaxation that lags fails closed.
-func (c *Client) verifyGuardrails(ctx context.Context, vc VirtualCluster, mutating bool) error {
-	ns, leaf, policy := NamespaceName(vc.Name), LeafQueueName(vc.Name), PolicyName(vc.Name)
-	deniedByUs := func(err error, fragment string) bool {
-		return err != nil && (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) &&
-			strings.Contains(err.Error(), "'"+policy+"'") && strings.Contains(err.Error(), fragment)
-	}
-	// refusedByUs is deniedByUs for a probe whose answer must come from the
-	// API server: a probe that did not reach it (the host cluster went away
-	// mid-wait) ends the wait at once with that error, so the caller sees
-	// an outage (Unreachable) rather than, 15 s later, a policy that
-	// "has not loaded yet".
-	refusedByUs := func(err error, fragment string) (bool, error) {
-		if Unreachable(err) {
-			return false, fmt.Errorf("guardrail probe: %w", err)
-		}
-		return deniedByUs(err, fragment), nil
-	}
-	probe := func(mutate func(*corev1.Pod)) (*corev1.Pod, error) {
-		// Compliant with Pod Security "restricted", so that whatever the
-		// tier's level, only gpuplane's policy can refuse it.
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "gpuplane-guardrail-probe", Labels: map[string]string{}, Annotations: map[string]string{}},
-			Spec:       restrictedPodSpec("probe", "registry.k8s.io/pause:3.10"),
-		}
-		mutate(p)
-		return c.kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-	}
-	gpu := corev1.ResourceList{NvidiaGPUResource: resource.MustParse("1")}
-	type check struct {
-		what string
-		// done reports whether the probe's outcome shows the rule in force.
-		done func() (bool, error)
-	}
-	checks := []check{{"GPU pods must use " + KAISchedulerName, func() (bool, error) {
-		_, err := probe(func(p *corev1.Pod) { p.Spec.Containers[0].Resources.Limits = gpu })
-		return refusedByUs(err, "schedulerName")
-	}}, {"no preset node names", func() (bool, error) {
-		// A node name no profile lists: DNS subdomains have no "_".
-		_, err := probe(func(p *corev1.Pod) { p.Spec.NodeName = "gpuplane-guardrail-probe" })
-		return refusedByUs(err, "spec.nodeName")
-	}}}
-	if !vc.fractionalGPUs(c.settings.Profile(vc.Tier)) {
-		checks = append(checks, check{"shared GPUs refused", func() (bool, error) {
-			_, err := probe(func(p *corev1.Pod) {
-				p.Spec.SchedulerName = KAISchedulerName
-				p.Labels[KAIQueueLabel] = leaf
-				p.Annotations[KAIFractionAnnot] = "0.5"
-			})
-			return refusedByUs(err, KAIFractionAnnot)
-		}})
-	}
-	if mutating {
-		checks = append(checks, check{"KAI pods get queue " + leaf, func() (bool, error) {
-			p, err := probe(func(p *corev1.Pod) { p.Spec.SchedulerName = KAISchedulerName })
-			switch {
-			case Unreachable(err):
-				return false, fmt.Errorf("guardrail probe: %w", err)
-			case err == nil:
-				key := c.settings.KAINodePoolLabel
-				return p.Labels[KAIQueueLabel] == leaf && (key == "" || p.Labels[key] == vc.pool()), nil
-			case deniedByUs(err, "must carry label"):
-				return false, nil // validation is in force, mutation not yet
-			default:
-				// Refused for another reason (e.g. an exhausted ResourceQuota):
-				// inconclusive, and the validating rule is the guarantee anyway.
-				return true, nil
-			}
-		}})
-	}
-
-	deadline := time.Now().Add(guardrailProbeTimeout)
-	for _, chk := range checks {
-		for {
-			ok, err := chk.done()
-			if err != nil {
-				return err
-			}
-			if ok {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("admission policy %s not in force after %s (%s): API server has not loaded it yet", policy, guardrailProbeTimeout, chk.what)
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(guardrailProbeInterval):
-			}
-		}
 	}
 	return nil
 }
@@ -662,48 +526,9 @@ func (c *Client) Observe(ctx context.Context, vc VirtualCluster) (Observed, erro
 	if err != nil {
 		return o, err
 	}
-	name := PolicyName(vc.Name)
-	adm := c.kube.AdmissionregistrationV1()
-	o.GuardrailsPresent = true
-	vap, err := adm.ValidatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
-	if ok, err := exists(err); err != nil {
-		return o, err
-	} else if !ok {
-		o.GuardrailsPresent = false
-	} else {
-		o.versions[policyVersionKey(vapKind)] = specVersion(vap.UID, vap.Generation)
-		if vap.Status.TypeChecking != nil {
-			for _, w := range vap.Status.TypeChecking.ExpressionWarnings {
-				o.GuardrailWarnings = append(o.GuardrailWarnings, w.FieldRef+": "+w.Warning)
-			}
-		}
-	}
-	// The other admission objects: each read returns the object's metadata.
-	type check struct {
-		kind string
-		get  func() (metav1.Object, error)
-	}
-	checks := []check{{vapbKind, func() (metav1.Object, error) {
-		return adm.ValidatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
-	}}}
-	if mutating {
-		checks = append(checks,
-			check{mapKind, func() (metav1.Object, error) {
-				return adm.MutatingAdmissionPolicies().Get(ctx, name, metav1.GetOptions{})
-			}},
-			check{mapbKind, func() (metav1.Object, error) {
-				return adm.MutatingAdmissionPolicyBindings().Get(ctx, name, metav1.GetOptions{})
-			}})
-	}
-	for _, ch := range checks {
-		obj, err := ch.get()
-		ok, err := exists(err)
-		if err != nil {
+	if o.NamespaceExists {
+		if err := c.observeGuardrails(ctx, vc, mutating, nsObj.Labels, nsObj.Annotations, &o); err != nil {
 			return o, err
-		}
-		o.GuardrailsPresent = o.GuardrailsPresent && ok
-		if ok {
-			o.versions[policyVersionKey(ch.kind)] = specVersion(obj.GetUID(), obj.GetGeneration())
 		}
 	}
 
@@ -970,7 +795,7 @@ func (c *Client) Delete(ctx context.Context, vc VirtualCluster) error {
 		return err
 	}
 	var del metav1.DeleteOptions
-	name, ns := PolicyName(vc.Name), NamespaceName(vc.Name)
+	ns := NamespaceName(vc.Name)
 
 	if _, err := c.kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err == nil {
 		if err := c.UninstallRelease(ctx, vc.Name); err != nil {
@@ -980,24 +805,16 @@ func (c *Client) Delete(ctx context.Context, vc VirtualCluster) error {
 		return fmt.Errorf("hostcluster: delete %s: %w", vc.Name, err)
 	}
 
-	adm := c.kube.AdmissionregistrationV1()
-	mutating, err := c.MutatingAdmissionPolicySupported()
-	if err != nil {
-		return err
+	// The shared guardrails stay for the other virtual clusters; objects of
+	// the per-virtual-cluster design go with their virtual cluster.
+	if _, err := c.removeLegacyGuardrails(ctx, vc.Name); err != nil {
+		return fmt.Errorf("hostcluster: delete %s: %w", vc.Name, err)
 	}
 	type deletion struct {
 		what string
 		f    func() error
 	}
-	deletes := []deletion{
-		{"validating policy binding", func() error { return adm.ValidatingAdmissionPolicyBindings().Delete(ctx, name, del) }},
-		{"validating policy", func() error { return adm.ValidatingAdmissionPolicies().Delete(ctx, name, del) }},
-	}
-	if mutating {
-		deletes = append(deletes,
-			deletion{"mutating policy binding", func() error { return adm.MutatingAdmissionPolicyBindings().Delete(ctx, name, del) }},
-			deletion{"mutating policy", func() error { return adm.MutatingAdmissionPolicies().Delete(ctx, name, del) }})
-	}
+	var deletes []deletion
 	deletes = append(deletes,
 		deletion{"network policy", func() error {
 			return c.kube.NetworkingV1().NetworkPolicies(ns).Delete(ctx, NetworkPolicyName, del)

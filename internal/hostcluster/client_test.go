@@ -71,18 +71,31 @@ func TestApplyCreatesEverything(t *testing.T) {
 		}
 	}
 
+	// The shared guardrails, with this virtual cluster's parameters on its
+	// namespace, and no admission object of its own.
 	adm := h.kube.AdmissionregistrationV1()
-	if _, err := adm.ValidatingAdmissionPolicies().Get(h.ctx, PolicyName(name), metav1.GetOptions{}); err != nil {
+	if _, err := adm.ValidatingAdmissionPolicies().Get(h.ctx, GuardrailsPolicyName, metav1.GetOptions{}); err != nil {
 		t.Error(err)
 	}
-	if _, err := adm.ValidatingAdmissionPolicyBindings().Get(h.ctx, PolicyName(name), metav1.GetOptions{}); err != nil {
+	if _, err := adm.ValidatingAdmissionPolicyBindings().Get(h.ctx, GuardrailsPolicyName, metav1.GetOptions{}); err != nil {
 		t.Error(err)
 	}
-	if _, err := adm.MutatingAdmissionPolicies().Get(h.ctx, PolicyName(name), metav1.GetOptions{}); err != nil {
+	if _, err := adm.MutatingAdmissionPolicies().Get(h.ctx, GuardrailsPolicyName, metav1.GetOptions{}); err != nil {
 		t.Error(err)
 	}
-	if _, err := adm.MutatingAdmissionPolicyBindings().Get(h.ctx, PolicyName(name), metav1.GetOptions{}); err != nil {
+	if _, err := adm.MutatingAdmissionPolicyBindings().Get(h.ctx, GuardrailsPolicyName, metav1.GetOptions{}); err != nil {
 		t.Error(err)
+	}
+	if _, err := adm.ValidatingAdmissionPolicies().Get(h.ctx, PolicyName(name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a validating policy of its own: %v", err)
+	}
+	if nsObj.Labels[GuardrailsLabel] != GuardrailsVersion {
+		t.Errorf("namespace not bound to the guardrails: %v", nsObj.Labels)
+	}
+	for k, v := range GuardrailParams(vc, h.client.settings, true) {
+		if got := nsObj.Annotations[GuardrailParamPrefix+k]; got != v {
+			t.Errorf("namespace parameter %s = %q, want %q", k, got, v)
+		}
 	}
 	if _, err := h.kube.NetworkingV1().NetworkPolicies(ns).Get(h.ctx, NetworkPolicyName, metav1.GetOptions{}); err != nil {
 		t.Error(err)
@@ -150,7 +163,7 @@ func (h *harness) snapshot(vc VirtualCluster) map[string]string {
 		add("queue/"+q.GetName(), u, err)
 	}
 	adm := h.kube.AdmissionregistrationV1()
-	p := PolicyName(vc.Name)
+	p := GuardrailsPolicyName
 	vap, err := adm.ValidatingAdmissionPolicies().Get(h.ctx, p, metav1.GetOptions{})
 	add("vap", vap, err)
 	vapb, err := adm.ValidatingAdmissionPolicyBindings().Get(h.ctx, p, metav1.GetOptions{})
@@ -585,11 +598,17 @@ func TestGuardrailsWithoutMutatingAdmissionPolicy(t *testing.T) {
 	if d := steps[2].Detail; !strings.Contains(d, "no MutatingAdmissionPolicy") {
 		t.Errorf("guardrails step detail %q", d)
 	}
-	if _, err := h.kube.AdmissionregistrationV1().MutatingAdmissionPolicies().Get(h.ctx, PolicyName(vc.Name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("mutating policy should not exist: %v", err)
+	// The shared mutating policy exists on this server (other tests' clients
+	// apply it); this namespace tells it not to label pods.
+	ns, err := h.kube.CoreV1().Namespaces().Get(h.ctx, NamespaceName(vc.Name), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ns.Annotations[GuardrailParamPrefix+paramLabelKAIPods]; got != "false" {
+		t.Fatalf("namespace parameter %s = %q, want false", paramLabelKAIPods, got)
 	}
 	h.markQuotaObserved(vc)
-	_, err := h.createPod(vc, gpus("1"), kai)
+	_, err = h.createPod(vc, gpus("1"), kai)
 	mustBeDenied(t, "KAI pod without queue label", err, "must carry label kai.scheduler/queue="+LeafQueueName(vc.Name), "default-queue")
 	if _, err := h.createPod(vc, gpus("1"), kai, queueLabel(LeafQueueName(vc.Name))); err != nil {
 		t.Errorf("labelled KAI pod: %v", err)

@@ -430,7 +430,7 @@ func TestHostileTenants(t *testing.T) {
 		syncers[i] = h.impersonateSyncer(vc)
 	}
 	assertRestrictedControlPlane(t, h, restrictedClient, vcs[tRestricted], dept)
-	assertNoTypeWarnings(t, h, vcs[:])
+	assertNoTypeWarnings(t, h)
 
 	type row struct {
 		name     string
@@ -718,7 +718,7 @@ func createKAIPriorityClasses(t *testing.T, h *harness) {
 // server's own status controller runs (in kube-controller-manager, which
 // envtest lacks). A CEL expression with a type warning may fail at runtime
 // and, with failurePolicy Fail, refuse every pod.
-func assertNoTypeWarnings(t *testing.T, h *harness, vcs []VirtualCluster) {
+func assertNoTypeWarnings(t *testing.T, h *harness) {
 	t.Helper()
 	dc := discovery.NewDiscoveryClientForConfigOrDie(h.config)
 	groups, err := restmapper.GetAPIGroupResources(dc)
@@ -729,17 +729,16 @@ func assertNoTypeWarnings(t *testing.T, h *harness, vcs []VirtualCluster) {
 		SchemaResolver: &resolver.ClientDiscoveryResolver{Discovery: dc},
 		RestMapper:     restmapper.NewDiscoveryRESTMapper(groups),
 	}
-	for _, vc := range vcs {
-		vap, err := h.kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(h.ctx, PolicyName(vc.Name), metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, w := range checker.Check(vap) {
-			t.Errorf("policy %s: %s: %s", vap.Name, w.FieldRef, w.Warning)
-		}
+	// One shared validating policy guards every virtual cluster.
+	vap, err := h.kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(h.ctx, GuardrailsPolicyName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range checker.Check(vap) {
+		t.Errorf("policy %s: %s: %s", vap.Name, w.FieldRef, w.Warning)
 	}
 	// The checker must be able to fail: a misspelt field is a warning.
-	broken, _ := h.kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(h.ctx, PolicyName(vcs[0].Name), metav1.GetOptions{})
+	broken := vap.DeepCopy()
 	broken.Spec.Validations[0].Expression = "object.spec.nodeNmae == ''"
 	if len(checker.Check(broken)) == 0 {
 		t.Error("type checker reports nothing for a misspelt field; it checks nothing")

@@ -2,6 +2,7 @@ package hostcluster
 
 import (
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -33,14 +34,21 @@ const PodSecurityEnforceLabel = "pod-security.kubernetes.io/enforce"
 //     host paths on shared nodes.
 //   - kai.scheduler/queue names the leaf queue: KAI's admission can be set
 //     to act only on namespaces carrying it.
-func RenderNamespace(vc VirtualCluster, s Settings) *corev1ac.NamespaceApplyConfiguration {
+//   - GuardrailsLabel binds the shared admission guardrails, and the
+//     guardrail parameters (GuardrailParams, as annotations under
+//     GuardrailParamPrefix) are what they enforce here: the namespace is
+//     guarded from the request that creates it (guardrails.go).
+func RenderNamespace(vc VirtualCluster, s Settings, guardrails map[string]string) *corev1ac.NamespaceApplyConfiguration {
 	labels := commonLabels(vc)
 	labels[LabelTier] = vc.Tier
 	labels[PodSecurityEnforceLabel] = s.Profile(vc.Tier).PodSecurity
 	labels[KAIQueueLabel] = LeafQueueName(vc.Name)
+	labels[GuardrailsLabel] = GuardrailsVersion
+	annotations := generationAnnotations(vc)
+	maps.Copy(annotations, guardrailAnnotations(guardrails))
 	return corev1ac.Namespace(NamespaceName(vc.Name)).
 		WithLabels(labels).
-		WithAnnotations(generationAnnotations(vc))
+		WithAnnotations(annotations)
 }
 
 // RenderQueues renders the queue hierarchy parents first: department, team,

@@ -144,47 +144,59 @@ func TestRenderQueuesUnitsAndHierarchy(t *testing.T) {
 }
 
 func TestRenderGuardrails(t *testing.T) {
-	shared := RenderGuardrails(testVC("a", "t", "d", TierShared), Settings{}, true)
-	dedicated := RenderGuardrails(testVC("b", "t", "d", TierDedicated), Settings{}, false)
-	if shared.Mutating == nil || shared.MutatingBinding == nil {
+	withMAP, withoutMAP := RenderGuardrails(true), RenderGuardrails(false)
+	if withMAP.Mutating == nil || withMAP.MutatingBinding == nil {
 		t.Fatal("mutating policy missing although supported")
 	}
-	if dedicated.Mutating != nil {
+	if withoutMAP.Mutating != nil {
 		t.Fatal("mutating policy rendered although unsupported")
 	}
-	// DEDICATED adds two rules: shared GPUs refused, pods pinned to the pool.
-	if n, m := len(shared.Validating.Spec.Validations), len(dedicated.Validating.Spec.Validations); m != n+2 {
-		t.Fatalf("dedicated tier should add the shared-GPU and pool-pinning rules: %d vs %d validations", n, m)
-	}
-	messages := func(g Guardrails) string {
-		var all []string
-		for _, v := range g.Validating.Spec.Validations {
-			all = append(all, *v.MessageExpression)
+	// One program for every virtual cluster: bound by the namespace label,
+	// with no virtual cluster's values in it.
+	for _, sel := range []map[string]string{withMAP.ValidatingBinding.Spec.MatchResources.NamespaceSelector.MatchLabels,
+		withMAP.MutatingBinding.Spec.MatchResources.NamespaceSelector.MatchLabels} {
+		if len(sel) != 1 || sel[GuardrailsLabel] != GuardrailsVersion {
+			t.Errorf("binding selects %v, want %s=%s", sel, GuardrailsLabel, GuardrailsVersion)
 		}
-		return strings.Join(all, "\n")
 	}
-	if m := messages(dedicated); !strings.Contains(m, "DEDICATED tier, and KAI does not isolate GPU memory") ||
-		!strings.Contains(m, `nodeSelector gpuplane.io/pool=dedicated-t`) {
-		t.Errorf("dedicated messages do not explain the tier and pool:\n%s", m)
+	if *withMAP.Validating.Name != GuardrailsPolicyName || *withMAP.Validating.Spec.FailurePolicy != "Fail" {
+		t.Errorf("validating policy %s, failure policy %s", *withMAP.Validating.Name, *withMAP.Validating.Spec.FailurePolicy)
 	}
-	if m := messages(shared); !strings.Contains(m, `may only use node pool \"shared\"`) || !strings.Contains(m, `allowed: \"train\", \"build-preemptible\"`) {
-		t.Errorf("shared messages do not name the pool and classes:\n%s", m)
+
+	shared := GuardrailParams(testVC("a", "t", "d", TierShared), Settings{}, true)
+	dedicated := GuardrailParams(testVC("b", "t", "d", TierDedicated), Settings{}, false)
+	for key, want := range map[string]string{
+		paramSharedGPUs: "", paramPinPool: "false", paramPool: "shared", paramQueue: "vc-a", paramLabelKAIPods: "true",
+		paramPriorityClasses: "train,build-preemptible", paramSyncer: "system:serviceaccount:vc-a:vc-a",
+		paramPoolsMessage: `virtual cluster a (tier SHARED) may only use node pool "shared"`,
+	} {
+		if shared[key] != want {
+			t.Errorf("SHARED parameter %s = %q, want %q", key, shared[key], want)
+		}
 	}
-	sel := shared.ValidatingBinding.Spec.MatchResources.NamespaceSelector.MatchLabels
-	if sel["kubernetes.io/metadata.name"] != "vc-a" {
-		t.Errorf("binding not scoped to the namespace: %v", sel)
+	for key, want := range map[string]string{
+		paramSharedGPUs: "virtual cluster b is in the DEDICATED tier, and KAI does not isolate GPU memory between pods sharing a GPU",
+		paramPinPool:    "true", paramPool: "dedicated-t", paramLabelKAIPods: "false",
+	} {
+		if dedicated[key] != want {
+			t.Errorf("DEDICATED parameter %s = %q, want %q", key, dedicated[key], want)
+		}
+	}
+	for _, k := range guardrailParamKeys {
+		if _, ok := shared[k]; !ok {
+			t.Errorf("parameter %s missing", k)
+		}
+	}
+	if len(shared) != len(guardrailParamKeys) {
+		t.Errorf("%d parameters, the program reads %d", len(shared), len(guardrailParamKeys))
 	}
 	noFractions := testVC("c", "t", "d", TierShared)
 	noFractions.AllowFractionalGPUs = false
-	if g := RenderGuardrails(noFractions, Settings{}, true); len(g.Validating.Spec.Validations) != len(shared.Validating.Spec.Validations)+1 {
-		t.Error("SHARED without AllowFractionalGPUs must refuse shared-GPU annotations too")
+	if p := GuardrailParams(noFractions, Settings{}, true); p[paramSharedGPUs] != "fractional GPUs are not enabled for virtual cluster c" {
+		t.Errorf("SHARED without AllowFractionalGPUs: shared GPUs %q", p[paramSharedGPUs])
 	}
-	var syncer bool
-	for _, v := range shared.Validating.Spec.Variables {
-		syncer = syncer || strings.Contains(*v.Expression, `"system:serviceaccount:vc-a:vc-a"`)
-	}
-	if !syncer {
-		t.Error("runai-gpu-group rules must be scoped to the syncer's ServiceAccount vc-a/vc-a")
+	if p := GuardrailParams(noFractions, Settings{}, true); p[paramDigest] == shared[paramDigest] {
+		t.Error("different parameters, same digest")
 	}
 
 	// Profiles are configuration: a tier that lists a node may preset it,
@@ -195,13 +207,18 @@ func TestRenderGuardrails(t *testing.T) {
 	if err := s.ValidateProfiles(); err != nil {
 		t.Fatal(err)
 	}
-	if m := messages(RenderGuardrails(testVC("a", "t", "d", TierShared), s, false)); !strings.Contains(m, `may only preset node(s) \"fenced-1\"`) {
-		t.Errorf("preset node rule ignores the profile:\n%s", m)
+	fenced := GuardrailParams(testVC("a", "t", "d", TierShared), s, false)
+	if m := fenced[paramNodeNameWhy]; !strings.Contains(m, `may only preset node(s) "fenced-1"`) || fenced[paramPresetNodes] != "fenced-1" {
+		t.Errorf("preset node rule ignores the profile: %q, presets %q", m, fenced[paramPresetNodes])
 	}
-	if lvl := RenderNamespace(testVC("a", "t", "d", TierShared), s).Labels[PodSecurityEnforceLabel]; lvl != PodSecurityRestricted {
+	nsa := RenderNamespace(testVC("a", "t", "d", TierShared), s, fenced)
+	if lvl := nsa.Labels[PodSecurityEnforceLabel]; lvl != PodSecurityRestricted {
 		t.Errorf("namespace enforces %q, want restricted", lvl)
 	}
-	ns := RenderNamespace(testVC("b", "t", "d", TierDedicated), s).Labels
+	if nsa.Labels[GuardrailsLabel] != GuardrailsVersion || nsa.Annotations[GuardrailParamPrefix+paramDigest] != fenced[paramDigest] {
+		t.Errorf("namespace does not carry the guardrails: labels %v, annotations %v", nsa.Labels, nsa.Annotations)
+	}
+	ns := RenderNamespace(testVC("b", "t", "d", TierDedicated), s, dedicated).Labels
 	if ns[PodSecurityEnforceLabel] != PodSecurityBaseline || ns[KAIQueueLabel] != "vc-b" {
 		t.Errorf("namespace labels %v", ns)
 	}

@@ -22,7 +22,7 @@
 //	department queue  dept-<department>
 //	team queue        team-<department>-<team>   (teams are only unique per department)
 //	leaf queue        vc-<name>                  (the only queue pods may name)
-//	policies          gpuplane-vc-<name>         (cluster-scoped admission policies)
+//	guardrails        gpuplane-guardrails-v1     (cluster-scoped admission policies shared by all)
 //	NetworkPolicy     gpuplane-isolation in vc-<name>
 //
 // A virtual cluster name is therefore limited to 60 characters. A composed
@@ -269,8 +269,10 @@ func TeamQueueName(department, team string) string { return boundedName("team", 
 // DepartmentQueueName is the root queue of a department.
 func DepartmentQueueName(department string) string { return boundedName("dept", department) }
 
-// PolicyName names the cluster-scoped admission policies and bindings of a
-// virtual cluster.
+// PolicyName names the cluster-scoped admission policies and bindings the
+// previous design created for each virtual cluster; Apply removes them once
+// the shared guardrails (GuardrailsPolicyName) are in force in its
+// namespace, and Delete with the virtual cluster.
 func PolicyName(vcName string) string { return "gpuplane-vc-" + vcName }
 
 // NetworkPolicyName is the tenant isolation policy in the host namespace.

@@ -172,11 +172,11 @@ func TestAdmissionAfterApproval(t *testing.T) {
 	}
 
 	_, err := create("vision", gpus, kai, queue(theirs))
-	denied("team-a GPU pod naming team-b's queue", err, hostcluster.PolicyName("vision"), `must be "`+mine+`"`, theirs)
+	denied("team-a GPU pod naming team-b's queue", err, hostcluster.GuardrailsPolicyName, `must be "`+mine+`"`, theirs)
 	_, err = create("vision", gpus, queue(mine))
 	denied("GPU pod without schedulerName", err, "schedulerName: kai-scheduler")
 	_, err = create("llm", kai, fraction)
-	denied("gpu-fraction in DEDICATED team-b", err, hostcluster.PolicyName("llm"), "DEDICATED", "gpu-fraction")
+	denied("gpu-fraction in DEDICATED team-b", err, hostcluster.GuardrailsPolicyName, "DEDICATED", "gpu-fraction")
 
 	p, err := create("vision", kai, fraction)
 	if err != nil {

@@ -543,10 +543,18 @@ func (h *harness) assertPresent(t testing.TB, id, team string) {
 			t.Errorf("%s: queue %s has parent %q, want %q", id, name, got, parent)
 		}
 	}
+	// Guarded by the shared admission policies (no objects of its own), with
+	// its parameters on its namespace.
 	for _, gvr := range policyGVRs {
-		if got := names(h.list(t, gvr, "", sel)); !slices.Equal(got, []string{hostcluster.PolicyName(id)}) {
-			t.Errorf("%s: %s %v", id, gvr.Resource, got)
+		if got := names(h.list(t, gvr, "", sel)); len(got) > 0 {
+			t.Errorf("%s: %s of its own %v", id, gvr.Resource, got)
 		}
+		if _, err := h.dyn.Resource(gvr).Get(h.ctx, hostcluster.GuardrailsPolicyName, metav1.GetOptions{}); err != nil {
+			t.Errorf("%s: shared %s: %v", id, gvr.Resource, err)
+		}
+	}
+	if len(nss) == 1 && nss[0].GetLabels()[hostcluster.GuardrailsLabel] != hostcluster.GuardrailsVersion {
+		t.Errorf("%s: namespace not bound to the guardrails: %v", id, nss[0].GetLabels())
 	}
 	nps := h.list(t, schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"}, ns, "")
 	if got := names(nps); !slices.Equal(got, []string{hostcluster.NetworkPolicyName}) {
@@ -665,6 +673,9 @@ func (h *harness) assertNoOrphans(t testing.TB) {
 	}
 	for _, gvr := range policyGVRs {
 		for _, p := range h.list(t, gvr, "", managed) {
+			if p.GetName() == hostcluster.GuardrailsPolicyName {
+				continue // shared by every virtual cluster on the host
+			}
 			if _, ok := live[p.GetLabels()[hostcluster.LabelVirtualCluster]]; !ok {
 				t.Errorf("orphan %s %s", gvr.Resource, p.GetName())
 			}

@@ -61,18 +61,19 @@ func TestOldChartFractionalGPUsRefusedUntilUpgrade(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	w := h.worker(nil, workerConfig("frac-old"))
 	const id = "frac-old"
+	// What the shared guardrails refuse shared GPUs with in its namespace
+	// ("" when they allow them).
 	sharedGPURule := func() string {
 		t.Helper()
-		vap, err := h.kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(h.ctx, hostcluster.PolicyName(id), metav1.GetOptions{})
+		ns, err := h.kube.CoreV1().Namespaces().Get(h.ctx, hostcluster.NamespaceName(id), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, v := range vap.Spec.Validations {
-			if strings.Contains(v.MessageExpression, "shared-GPU annotations") {
-				return v.MessageExpression
-			}
+		refusal, ok := ns.Annotations[hostcluster.GuardrailParamPrefix+"shared-gpus-refused"]
+		if !ok {
+			t.Fatalf("namespace %s has no guardrail parameters: %v", ns.Name, ns.Annotations)
 		}
-		return ""
+		return refusal
 	}
 	h.applyOnOldChart(t, w, id, func() {
 		// As a row written before chart 0.20 lost fractional GPUs.
