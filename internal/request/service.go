@@ -77,7 +77,13 @@ func record(ctx context.Context, tx *store.Tx, actor reqctx.Principal, action, r
 func (s *Service) Create(ctx context.Context, tx *store.Tx, actor reqctx.Principal, requestID string, team tenancy.Team, justification string, p Payload) (Request, error) {
 	// Locking the department first keeps one lock order (department ->
 	// request -> virtual cluster) everywhere, so approvals never deadlock.
-	if _, err := tenancy.LockDepartment(ctx, tx, team.Department); err != nil {
+	// The approval policies are read in the same round trip.
+	var b store.Batch
+	var budget quota.Resources
+	var pols []Policy
+	tenancy.QueueLockDepartment(&b, &budget, team.Department)
+	queueEnabledPolicies(&b, &pols)
+	if err := tx.Send(ctx, &b); err != nil {
 		return Request{}, err
 	}
 	var vc *virtualcluster.VirtualCluster
@@ -103,7 +109,7 @@ func (s *Service) Create(ctx context.Context, tx *store.Tx, actor reqctx.Princip
 			return row, err
 		}
 	}
-	if err := s.autoApprove(ctx, tx, &row, team); err != nil {
+	if err := s.autoApprove(ctx, tx, &row, team, pols); err != nil {
 		return row, err
 	}
 	return row, nil
@@ -388,10 +394,10 @@ func (s *Service) moveVirtualCluster(ctx context.Context, tx *store.Tx, actor re
 // autoApprove evaluates enabled policies in creation order; the first that
 // matches approves the request, provided it fits. A match that does not fit
 // leaves the request pending for a person, with the reason in the audit log.
-func (s *Service) autoApprove(ctx context.Context, tx *store.Tx, r *Request, team tenancy.Team) error {
-	pols, err := enabledPolicies(ctx, tx)
-	if err != nil || len(pols) == 0 {
-		return err
+// pols are the enabled policies, as Create read them.
+func (s *Service) autoApprove(ctx context.Context, tx *store.Tx, r *Request, team tenancy.Team, pols []Policy) error {
+	if len(pols) == 0 {
+		return nil
 	}
 	in, err := s.policyInput(ctx, tx, *r, team)
 	if err != nil {

@@ -26,12 +26,18 @@ func GetPolicy(ctx context.Context, q store.Querier, id string, lock bool) (Poli
 		errs.NotFound(names.ApprovalPolicy(id)), id)
 }
 
-func enabledPolicies(ctx context.Context, q store.Querier) ([]Policy, error) {
-	rows, err := q.Query(ctx, `SELECT `+policyColumns+` FROM approval_policies WHERE NOT disabled ORDER BY seq`)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Policy, error) { return scanPolicy(r) })
+// queueEnabledPolicies is enabledPolicies, queued in b (for Tx.Send).
+func queueEnabledPolicies(b *store.Batch, dst *[]Policy) {
+	b.QueueRows(func(rows pgx.Rows) error {
+		for rows.Next() {
+			p, err := scanPolicy(rows)
+			if err != nil {
+				return err
+			}
+			*dst = append(*dst, p)
+		}
+		return rows.Err()
+	}, `SELECT `+policyColumns+` FROM approval_policies WHERE NOT disabled ORDER BY seq`)
 }
 
 func insertPolicy(ctx context.Context, tx *store.Tx, p Policy) (Policy, error) {

@@ -65,19 +65,32 @@ func insert(ctx context.Context, tx *store.Tx, team, dept, justification, reques
 			vcID = &id
 		}
 	}
-	row, err := scan(tx.QueryRow(ctx, `
-		INSERT INTO requests (id, team_id, department_id, kind, virtual_cluster_id, payload, justification, state, requester)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING `+columns,
-		newID(), team, dept, p.Kind(), vcID, raw, justification, StatePending, requester))
-	if store.SQLState(err) == "23505" {
-		what := names.Team(team) + "'s quota"
-		if vcID != nil {
-			what = names.VirtualCluster(team, *vcID)
-		}
-		return row, errs.New(errs.KindAlreadyExists, errs.ReasonAlreadyExists,
-			"%s already has a pending request; cancel it or wait for a decision", what)
+	// Deferred (store.Tx.ExecDeferred): the row is computed here, its
+	// payload decoded back from what is stored, and only seq (which orders
+	// lists, nothing a caller sees) is left to the database.
+	stored, err := DecodePayload(raw)
+	if err != nil {
+		return Request{}, err
 	}
-	return row, err
+	now := store.Now()
+	row := Request{ID: newID(), Team: team, Department: dept, Kind: p.Kind(), VirtualCluster: vcID, Payload: stored,
+		Justification: justification, State: StatePending, Requester: requester, Version: 1, Created: now, Updated: now}
+	tx.ExecDeferredMapped(func(err error) error {
+		if store.SQLState(err) == "23505" {
+			what := names.Team(team) + "'s quota"
+			if vcID != nil {
+				what = names.VirtualCluster(team, *vcID)
+			}
+			return errs.New(errs.KindAlreadyExists, errs.ReasonAlreadyExists,
+				"%s already has a pending request; cancel it or wait for a decision", what)
+		}
+		return err
+	}, `
+		INSERT INTO requests (id, team_id, department_id, kind, virtual_cluster_id, payload, justification, state, requester,
+		                      create_time, update_time)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10)`,
+		row.ID, team, dept, row.Kind, vcID, raw, justification, StatePending, requester, now)
+	return row, nil
 }
 
 // setDecision records an approval (approved, with the policy and the

@@ -92,12 +92,19 @@ func budgetsExcept(ctx context.Context, q store.Querier, excludeDept string) (qu
 // assigned_* is kept by a trigger on teams (migration 3): one row read,
 // whatever the size of the department.
 func assignedExcept(ctx context.Context, q store.Querier, dept, excludeTeam string) (quota.Resources, error) {
-	return sumRow(ctx, q, `
+	return sumRow(ctx, q, assignedExceptSQL, dept, excludeTeam)
+}
+
+const assignedExceptSQL = `
 		SELECT d.assigned_gpu_centi - COALESCE(t.gpu_centi, 0),
 		       d.assigned_cpu_millis - COALESCE(t.cpu_millis, 0),
 		       d.assigned_memory_bytes - COALESCE(t.memory_bytes, 0)
 		  FROM departments d LEFT JOIN teams t ON t.id = $2 AND t.department_id = d.id
-		 WHERE d.id = $1`, dept, excludeTeam)
+		 WHERE d.id = $1`
+
+// queueAssignedExcept is assignedExcept, queued in b (for Tx.Send).
+func queueAssignedExcept(b *store.Batch, dst *quota.Resources, dept, excludeTeam string) {
+	store.QueueOne(b, dst, assignedExceptSQL, false, scanBudget, nil, dept, excludeTeam)
 }
 
 // ChildrenOfDepartment sums what the department's teams hold, to refuse

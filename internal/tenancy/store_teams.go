@@ -53,6 +53,7 @@ func insertTeam(ctx context.Context, tx *store.Tx, t Team) (Team, error) {
 	t.UID, t.Version = store.NewUID(), 1
 	t.Created = store.Now()
 	t.Updated = t.Created
+	t.AutoSleepAfter = t.AutoSleepAfter.Truncate(time.Second) // stored in seconds
 	tx.ExecDeferredMapped(func(err error) error { return insertTeamError(err, t) }, `
 		INSERT INTO teams (uid, id, department_id, display_name, isolation_tier, node_pool, gpu_centi, cpu_millis, memory_bytes,
 		                   auto_sleep_after_seconds, version, create_time, update_time)
@@ -80,16 +81,24 @@ func insertTeamError(err error, t Team) error {
 // (PostgreSQL's default name).
 const departmentConstraint = "teams_department_id_fkey"
 
-func updateTeam(ctx context.Context, tx *store.Tx, t Team) (Team, error) {
-	row, err := scanTeam(tx.QueryRow(ctx, `
+// updateTeamDeferred is updateTeam for a team the transaction has locked
+// (cur as read): next is stored as given, with the next version, and the
+// write deferred (store.Tx.ExecDeferred).
+func updateTeamDeferred(tx *store.Tx, cur, next Team) Team {
+	next.Version, next.Updated = cur.Version+1, store.Now()
+	next.AutoSleepAfter = next.AutoSleepAfter.Truncate(time.Second) // stored in seconds
+	tx.ExecDeferredMapped(func(err error) error {
+		if store.ConstraintName(err) == poolConstraint {
+			return poolTaken("team.node_pool", next.Pool)
+		}
+		return err
+	}, `
 		UPDATE teams SET display_name = $2, isolation_tier = $3, gpu_centi = $4, cpu_millis = $5, memory_bytes = $6,
-		       node_pool = $7, auto_sleep_after_seconds = $8, version = version + 1, update_time = now()
-		 WHERE id = $1 RETURNING `+teamColumns,
-		t.ID, t.DisplayName, t.Tier, t.Quota.GPU, t.Quota.CPUMillis, t.Quota.MemoryBytes, t.Pool, int64(t.AutoSleepAfter/time.Second)))
-	if store.ConstraintName(err) == poolConstraint {
-		return row, poolTaken("team.node_pool", t.Pool)
-	}
-	return row, err
+		       node_pool = $7, auto_sleep_after_seconds = $8, version = $9, update_time = $10
+		 WHERE id = $1`,
+		next.ID, next.DisplayName, next.Tier, next.Quota.GPU, next.Quota.CPUMillis, next.Quota.MemoryBytes, next.Pool,
+		int64(next.AutoSleepAfter/time.Second), next.Version, next.Updated)
+	return next
 }
 
 const poolLockPrefix = "gpuplane-pool:"

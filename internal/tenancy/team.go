@@ -171,15 +171,14 @@ func (s *Service) CreateTeam(ctx context.Context, tx *store.Tx, actor reqctx.Pri
 // checkNewTeamFits locks t's department and pool and checks that t's quota
 // fits both.
 func (s *Service) checkNewTeamFits(ctx context.Context, tx *store.Tx, t Team) error {
-	budget, err := LockDepartment(ctx, tx, t.Department)
-	if err != nil {
+	var b store.Batch
+	var budget, assigned quota.Resources
+	QueueLockDepartment(&b, &budget, t.Department)
+	queueAssignedExcept(&b, &assigned, t.Department, t.ID)
+	if err := tx.Send(ctx, &b); err != nil {
 		return err
 	}
-	node, err := DepartmentNode(ctx, tx, t.Department, budget, t.ID)
-	if err != nil {
-		return err
-	}
-	path := []quota.Node{node}
+	path := []quota.Node{{Level: quota.LevelDepartment, Name: names.Department(t.Department), Capacity: budget, Used: assigned}}
 	if pn, ok, err := s.PoolNode(ctx, tx, t.Pool, t.ID); err != nil {
 		return err
 	} else if ok {
@@ -193,12 +192,18 @@ func (s *Service) checkNewTeamFits(ctx context.Context, tx *store.Tx, t Team) er
 // node pool) and stores it; the team's virtual clusters are re-applied
 // (their parent queue, or their pool, changed).
 func (s *Service) UpdateTeam(ctx context.Context, tx *store.Tx, actor reqctx.Principal, id, dept, etag string, quotaChanges bool, change func(cur Team, next *Team) error) (Team, error) {
-	budget, err := LockDepartment(ctx, tx, dept)
-	if err != nil {
-		return Team{}, err
+	// One round trip for what the checks below read, in lock order
+	// (department, then team): the sums are read under both locks.
+	var b store.Batch
+	var budget, assigned, children quota.Resources
+	var cur Team
+	QueueLockDepartment(&b, &budget, dept)
+	QueueGetTeam(&b, &cur, id, true)
+	if quotaChanges {
+		queueAssignedExcept(&b, &assigned, dept, id)
+		virtualcluster.QueueQuotaOfTeam(&b, &children, id, "")
 	}
-	cur, err := GetTeam(ctx, tx, id, true)
-	if err != nil {
+	if err := tx.Send(ctx, &b); err != nil {
 		return cur, err
 	}
 	if err := store.CheckEtag(cur.Name(), etag, cur.Etag()); err != nil {
@@ -223,10 +228,7 @@ func (s *Service) UpdateTeam(ctx context.Context, tx *store.Tx, actor reqctx.Pri
 	}
 	var shortfalls []quota.Shortfall
 	if quotaChanges {
-		node, err := DepartmentNode(ctx, tx, cur.Department, budget, cur.ID)
-		if err != nil {
-			return cur, err
-		}
+		node := quota.Node{Level: quota.LevelDepartment, Name: names.Department(cur.Department), Capacity: budget, Used: assigned}
 		shortfalls = quota.CheckFitChange([]quota.Node{node}, cur.Quota, next.Quota)
 	}
 	if quotaChanges || next.Pool != cur.Pool {
@@ -243,18 +245,11 @@ func (s *Service) UpdateTeam(ctx context.Context, tx *store.Tx, actor reqctx.Pri
 		return cur, err
 	}
 	if quotaChanges {
-		children, err := ChildrenOfTeam(ctx, tx, cur.ID)
-		if err != nil {
-			return cur, err
-		}
 		if err := BelowChildrenError("team.quota", "team", cur.Name(), next.Quota, children); err != nil {
 			return cur, err
 		}
 	}
-	row, err := updateTeam(ctx, tx, next)
-	if err != nil {
-		return row, err
-	}
+	row := updateTeamDeferred(tx, cur, next)
 	if err := workqueue.EnqueueTeam(ctx, tx, cur.ID); err != nil {
 		return row, err
 	}

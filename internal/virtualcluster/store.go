@@ -101,25 +101,41 @@ func GetOfTeam(ctx context.Context, q store.Querier, team, id string) (VirtualCl
 // (rejected or deleted) may be used again, by any team; the old row stays,
 // with its team, untouched.
 func InsertPending(ctx context.Context, tx *store.Tx, team, id string, spec Spec) (VirtualCluster, error) {
+	// Every column is known here, so the insert needs no answer and is
+	// deferred (store.Tx.ExecDeferred); the row is the one stored, with the
+	// values PostgreSQL would give it (timestamps to the microsecond).
+	now := store.Now()
+	if spec.ExpireTime != nil {
+		t := spec.ExpireTime.UTC().Truncate(time.Microsecond)
+		spec.ExpireTime = &t
+	}
+	if len(spec.Placement.Labels) == 0 {
+		spec.Placement.Labels = nil
+	}
+	spec.Sleep = false
+	vc := VirtualCluster{UID: store.NewUID(), ID: id, Team: team, Spec: spec, Phase: PhasePendingApproval,
+		Conditions: []Condition{}, Generation: 1, Version: 1, Created: now, Updated: now}
 	lg, lc, lm := limitColumns(spec.Limit)
 	labels := spec.Placement.Labels
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	row, err := scan(tx.QueryRow(ctx, `
-		INSERT INTO virtual_clusters (id, team_id, display_name, gpu_centi, cpu_millis, memory_bytes,
+	tx.ExecDeferredMapped(func(err error) error {
+		if store.SQLState(err) == "23505" {
+			return errs.New(errs.KindAlreadyExists, errs.ReasonAlreadyExists,
+				"virtual cluster name %q is taken (names are unique across all teams: they name KAI queues)", id).With("virtual_cluster_id", id)
+		}
+		return err
+	}, `
+		INSERT INTO virtual_clusters (uid, id, team_id, display_name, gpu_centi, cpu_millis, memory_bytes,
 		       limit_gpu_centi, limit_cpu_millis, limit_memory_bytes, over_quota_weight, priority,
 		       allow_fractional_gpus, kubernetes_version, chart_version, expire_time, phase,
-		       placement_host_cluster, placement_labels)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) RETURNING `+columns,
-		id, team, spec.DisplayName, spec.Quota.GPU, spec.Quota.CPUMillis, spec.Quota.MemoryBytes, lg, lc, lm,
+		       placement_host_cluster, placement_labels, create_time, update_time)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $20)`,
+		vc.UID, id, team, spec.DisplayName, spec.Quota.GPU, spec.Quota.CPUMillis, spec.Quota.MemoryBytes, lg, lc, lm,
 		spec.OverQuotaWeight, spec.Priority, spec.AllowFractionalGPUs, spec.KubernetesVersion,
-		spec.ChartVersion, spec.ExpireTime, PhasePendingApproval, spec.Placement.HostCluster, labels))
-	if store.SQLState(err) == "23505" {
-		return row, errs.New(errs.KindAlreadyExists, errs.ReasonAlreadyExists,
-			"virtual cluster name %q is taken (names are unique across all teams: they name KAI queues)", id).With("virtual_cluster_id", id)
-	}
-	return row, err
+		spec.ChartVersion, spec.ExpireTime, PhasePendingApproval, spec.Placement.HostCluster, labels, now)
+	return vc, nil
 }
 
 // Versions are the vCluster chart and virtual Kubernetes versions a

@@ -43,10 +43,10 @@ func Enqueue(ctx context.Context, tx *store.Tx, virtualCluster string) error {
 // EnqueueTeam asks for a reconcile of every virtual cluster of a team that
 // needs resyncing (its parent queue or its members changed).
 func EnqueueTeam(ctx context.Context, tx *store.Tx, team string) error {
-	_, err := tx.Exec(ctx, `INSERT INTO reconcile_work (virtual_cluster_id, enqueue_time, run_after, trace_parent)
+	tx.ExecDeferred(`INSERT INTO reconcile_work (virtual_cluster_id, enqueue_time, run_after, trace_parent)
 		SELECT id, clock_timestamp(), clock_timestamp(), $2 FROM virtual_clusters
 		 WHERE team_id = $1 AND phase = ANY($3)`+upsert, team, traceParent(ctx), resyncPhases)
-	return err
+	return nil
 }
 
 // EnqueueDepartment does the same for every team of a department.
