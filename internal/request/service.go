@@ -129,7 +129,7 @@ func (s *Service) Decide(ctx context.Context, seen Request, etag string, apply f
 		var budget quota.Resources
 		var cur Request
 		tenancy.QueueLockDepartment(&b, &budget, seen.Department)
-		queueGet(&b, &cur, seen.ID, true)
+		QueueGet(&b, &cur, seen.ID, true)
 		var l *lockedRows
 		if seen.Kind == KindCreateVirtualCluster && seen.VirtualCluster != nil {
 			l = &lockedRows{}

@@ -38,8 +38,8 @@ func Get(ctx context.Context, q store.Querier, id string, lock bool) (Request, e
 	return store.GetOne(ctx, q, `SELECT `+columns+` FROM requests WHERE id = $1`, lock, scan, errs.NotFound(names.Request(id)), id)
 }
 
-// queueGet is Get, queued in b (for Tx.Send).
-func queueGet(b *store.Batch, dst *Request, id string, lock bool) {
+// QueueGet is Get, queued in b (for Tx.Send or DB.Send).
+func QueueGet(b *store.Batch, dst *Request, id string, lock bool) {
 	store.QueueOne(b, dst, `SELECT `+columns+` FROM requests WHERE id = $1`, lock, scan, errs.NotFound(names.Request(id)), id)
 }
 

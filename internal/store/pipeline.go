@@ -396,6 +396,17 @@ func QueueOne[T any](b *Batch, dst *T, sql string, lock bool, scan func(pgx.Row)
 	}, sql, args...)
 }
 
+// Send runs b's reads in one round trip outside a transaction (they see
+// one snapshot: a pipeline runs as one implicit transaction) and returns
+// the first error.
+func (db *DB) Send(ctx context.Context, b *Batch) error {
+	pb := &pgx.Batch{}
+	for _, it := range b.items {
+		pb.Queue(it.sql, it.args...)
+	}
+	return readBatch(db.pool.SendBatch(ctx, pb), b, nil)
+}
+
 // Send runs b's reads in one round trip, after what the transaction has
 // queued (BEGIN, savepoints, deferred writes), and returns the first
 // error. Every read runs even when an earlier one found nothing.
@@ -408,7 +419,11 @@ func (t *Tx) Send(ctx context.Context, b *Batch) error {
 		pb.Queue(it.sql, it.args...)
 	}
 	br := t.conn.SendBatch(ctx, pb)
-	err := t.readQueued(br, sent)
+	return readBatch(br, b, t.readQueued(br, sent))
+}
+
+// readBatch reads b's results from br (after err, if any, only closes it).
+func readBatch(br pgx.BatchResults, b *Batch, err error) error {
 	for _, it := range b.items {
 		if err != nil {
 			break

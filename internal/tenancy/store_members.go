@@ -126,6 +126,23 @@ func GetTeamWithGrants(ctx context.Context, q store.Querier, id, username string
 	return t, out, nil
 }
 
+// QueueGrantsOf is GrantsOf, queued in b (store.DB.Send).
+func QueueGrantsOf(b *store.Batch, dst *[]Grant, username string, groups []string) {
+	if groups == nil {
+		groups = []string{}
+	}
+	b.QueueRows(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var g Grant
+			if err := rows.Scan(&g.Team, &g.Department, &g.Role, &g.Member); err != nil {
+				return err
+			}
+			*dst = append(*dst, g)
+		}
+		return rows.Err()
+	}, grantsSQL+`SELECT team_id, department_id, role, member_id FROM grants`, username, groups)
+}
+
 // GrantsOf loads, in one query, every team role a user (by name or group)
 // holds and every department its groups administer.
 func GrantsOf(ctx context.Context, q store.Querier, username string, groups []string) ([]Grant, error) {

@@ -274,15 +274,36 @@ func (s *Requests) CreateRequest(ctx context.Context, req *pb.CreateRequestReque
 
 // GetRequest implements pb.RequestServiceServer.
 func (s *Requests) GetRequest(ctx context.Context, req *pb.GetRequestRequest) (*pb.Request, error) {
-	a, err := s.access(ctx)
-	if err != nil {
-		return nil, err
-	}
-	r, err := s.readableRequest(ctx, a, req.GetName())
+	_, r, err := s.accessAndRequest(ctx, req.GetName())
 	if err != nil {
 		return nil, err
 	}
 	return requestToProto(r), nil
+}
+
+// accessAndRequest is access and readableRequest in one round trip.
+func (s *Requests) accessAndRequest(ctx context.Context, name string) (*identity.Access, request.Request, error) {
+	id, err := names.ParseRequest("name", name)
+	if err != nil {
+		return nil, request.Request{}, err
+	}
+	p, err := caller(ctx)
+	if err != nil {
+		return nil, request.Request{}, err
+	}
+	var b store.Batch
+	var grants []tenancy.Grant
+	var r request.Request
+	tenancy.QueueGrantsOf(&b, &grants, p.Username, p.Groups)
+	request.QueueGet(&b, &r, id, false)
+	if err := s.db.Send(ctx, &b); err != nil {
+		return nil, r, err
+	}
+	a := s.accessFrom(p, grants)
+	if !a.CanReadTeam(r.Team, r.Department) {
+		return nil, request.Request{}, errs.NotFound(name)
+	}
+	return a, r, nil
 }
 
 // ListRequests implements pb.RequestServiceServer.
@@ -306,11 +327,7 @@ func (s *Requests) ListRequests(ctx context.Context, req *pb.ListRequestsRequest
 // (locked, etag checked) in one transaction.
 func (s *Requests) decide(ctx context.Context, name, etag string, authorize func(*identity.Access, request.Request) error,
 	apply func(ctx context.Context, tx *store.Tx, a *identity.Access, r *request.Request) error) (*pb.Request, error) {
-	a, err := s.access(ctx)
-	if err != nil {
-		return nil, err
-	}
-	r, err := s.readableRequest(ctx, a, name)
+	a, r, err := s.accessAndRequest(ctx, name)
 	if err != nil {
 		return nil, err
 	}
