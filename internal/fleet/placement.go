@@ -224,6 +224,12 @@ func CheckPlacement(ctx context.Context, q store.Querier, v *errs.Violations, fi
 	if err != nil {
 		return err
 	}
+	return CheckPlacementAmong(all, v, field, tier, p)
+}
+
+// CheckPlacementAmong is CheckPlacement with the host clusters already
+// read (QueueAll).
+func CheckPlacementAmong(all []HostCluster, v *errs.Violations, field, tier string, p virtualcluster.Placement) error {
 	if p.HostCluster != "" {
 		i := slices.IndexFunc(all, func(h HostCluster) bool { return h.ID == p.HostCluster })
 		switch {

@@ -83,6 +83,34 @@ func (s *API) readableTeam(ctx context.Context, field, name string) (tenancy.Tea
 	if err != nil {
 		return t, nil, err
 	}
+	return s.teamAccess(name, t, p, grants)
+}
+
+// readableTeamWith is readableTeam with more reads (queued by more) in the
+// same round trip.
+func (s *API) readableTeamWith(ctx context.Context, field, name string, more func(b *store.Batch)) (tenancy.Team, *identity.Access, error) {
+	id, err := names.ParseTeam(field, name)
+	if err != nil {
+		return tenancy.Team{}, nil, err
+	}
+	p, err := caller(ctx)
+	if err != nil {
+		return tenancy.Team{}, nil, err
+	}
+	var b store.Batch
+	var t tenancy.Team
+	var grants []tenancy.Grant
+	tenancy.QueueGrantsOf(&b, &grants, p.Username, p.Groups)
+	tenancy.QueueGetTeam(&b, &t, id, false)
+	more(&b)
+	if err := s.db.Send(ctx, &b); err != nil {
+		return t, nil, err
+	}
+	return s.teamAccess(name, t, p, grants)
+}
+
+// teamAccess is what p may do given grants, when it may read team t.
+func (s *API) teamAccess(name string, t tenancy.Team, p reqctx.Principal, grants []tenancy.Grant) (tenancy.Team, *identity.Access, error) {
 	a := s.accessFrom(p, grants)
 	if !a.CanReadTeam(t.ID, t.Department) {
 		return tenancy.Team{}, nil, errs.NotFound(name)

@@ -35,7 +35,9 @@ func (s *Requests) readableRequest(ctx context.Context, a *identity.Access, name
 
 // payload validates an API request's payload for team and converts it; the
 // virtual cluster it names must belong to team and be live.
-func (s *Requests) payload(ctx context.Context, team tenancy.Team, r *pb.Request) (request.Payload, string, error) {
+// hosts are the host clusters when already read (nil: payload reads them
+// if it needs them).
+func (s *Requests) payload(ctx context.Context, team tenancy.Team, r *pb.Request, hosts []fleet.HostCluster) (request.Payload, string, error) {
 	var v errs.Violations
 	var p request.Payload
 	vcID := ""
@@ -137,7 +139,13 @@ func (s *Requests) payload(ctx context.Context, team tenancy.Team, r *pb.Request
 			Placement: placementFromProto(&v, f+".placement", spec.GetPlacement()),
 		}
 		if len(v) == 0 {
-			if err := fleet.CheckPlacement(ctx, s.db, &v, f+".placement", string(team.Tier), norm.Placement); err != nil {
+			var err error
+			if hosts != nil {
+				err = fleet.CheckPlacementAmong(hosts, &v, f+".placement", string(team.Tier), norm.Placement)
+			} else {
+				err = fleet.CheckPlacement(ctx, s.db, &v, f+".placement", string(team.Tier), norm.Placement)
+			}
+			if err != nil {
 				return p, vcID, err
 			}
 		}
@@ -250,14 +258,24 @@ func (s *Requests) CreateRequest(ctx context.Context, req *pb.CreateRequestReque
 	if r == nil {
 		return nil, errs.InvalidField("request", "required")
 	}
-	team, a, err := s.readableTeam(ctx, "request.team", r.GetTeam())
+	// The host clusters, which a new virtual cluster's placement is
+	// checked against, come with the team and the caller's grants.
+	var hosts []fleet.HostCluster
+	team, a, err := s.readableTeamWith(ctx, "request.team", r.GetTeam(), func(b *store.Batch) {
+		if r.GetCreateVirtualCluster() != nil {
+			fleet.QueueAll(b, &hosts)
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
 	if !a.CanRequest(team.ID, team.Department) {
 		return nil, errs.PermissionDenied("only owners of %s (and department admins) create requests for it", r.GetTeam())
 	}
-	p, _, err := s.payload(ctx, team, r)
+	if hosts == nil && r.GetCreateVirtualCluster() != nil {
+		hosts = []fleet.HostCluster{} // read: none is registered
+	}
+	p, _, err := s.payload(ctx, team, r, hosts)
 	if err != nil {
 		return nil, err
 	}
@@ -415,7 +433,7 @@ func (s *Requests) CheckFit(ctx context.Context, req *pb.CheckFitRequest) (*pb.F
 		if !a.CanRequest(team.ID, team.Department) {
 			return nil, errs.PermissionDenied("only owners of %s (and department admins) ask for it", names.Team(team.ID))
 		}
-		if p, vcID, err = s.payload(ctx, team, req.GetRequest()); err != nil {
+		if p, vcID, err = s.payload(ctx, team, req.GetRequest(), nil); err != nil {
 			return nil, err
 		}
 	default:
