@@ -19,12 +19,36 @@ import (
 // routeTable knows the REST API's routes from the OpenAPI document the
 // server serves, so a wrong method can be answered with the methods that
 // are right (Allow) without a second list of routes to keep in step.
-type routeTable []route
+//
+// Every REST call asks it (checkMethod), so matching is by segments, not
+// regular expressions: a template segment is a literal, or one {param}
+// with a literal before and after it (":approve"); a parameter matches one
+// or more characters other than '/' and ':'.
+type routeTable struct {
+	routes []route
+	// bySegments indexes routes by how many segments their path has.
+	bySegments map[int][]int
+}
 
 type route struct {
 	template string
-	match    *regexp.Regexp
+	segments []segment
 	methods  []string
+}
+
+type segment struct {
+	prefix, suffix string
+	param          bool
+}
+
+func (g segment) matches(s string) bool {
+	if !g.param {
+		return s == g.prefix
+	}
+	if len(s) <= len(g.prefix)+len(g.suffix) || !strings.HasPrefix(s, g.prefix) || !strings.HasSuffix(s, g.suffix) {
+		return false
+	}
+	return !strings.ContainsRune(s[len(g.prefix):len(s)-len(g.suffix)], ':')
 }
 
 // pathParamPattern is one {param} of an OpenAPI path; ids are DNS labels
@@ -37,35 +61,48 @@ func newRouteTable(openapi []byte) (routeTable, error) {
 		Paths map[string]map[string]any `json:"paths"`
 	}
 	if err := yaml.Unmarshal(openapi, &doc); err != nil {
-		return nil, fmt.Errorf("openapi document: %w", err)
+		return routeTable{}, fmt.Errorf("openapi document: %w", err)
 	}
-	var t routeTable
+	t := routeTable{bySegments: map[int][]int{}}
 	for p, ops := range doc.Paths {
-		var expr strings.Builder
-		expr.WriteString("^")
-		last := 0
-		for _, m := range pathParamPattern.FindAllStringIndex(p, -1) {
-			expr.WriteString(regexp.QuoteMeta(p[last:m[0]]))
-			expr.WriteString(`[^/:]+`)
-			last = m[1]
+		r := route{template: p}
+		for _, seg := range strings.Split(strings.TrimPrefix(p, "/"), "/") {
+			params := pathParamPattern.FindAllStringIndex(seg, -1)
+			switch len(params) {
+			case 0:
+				r.segments = append(r.segments, segment{prefix: seg})
+			case 1:
+				r.segments = append(r.segments, segment{prefix: seg[:params[0][0]], suffix: seg[params[0][1]:], param: true})
+			default:
+				return routeTable{}, fmt.Errorf("openapi path %s: more than one parameter in segment %q", p, seg)
+			}
 		}
-		expr.WriteString(regexp.QuoteMeta(p[last:]) + "$")
-		r := route{template: p, match: regexp.MustCompile(expr.String())}
 		for m := range ops {
 			r.methods = append(r.methods, strings.ToUpper(m))
 		}
 		sort.Strings(r.methods)
-		t = append(t, r)
+		t.add(r)
 	}
 	return t, nil
+}
+
+func (t *routeTable) add(r route) {
+	t.bySegments[len(r.segments)] = append(t.bySegments[len(r.segments)], len(t.routes))
+	t.routes = append(t.routes, r)
 }
 
 // allowed lists the methods the route of path answers; nil when no route
 // matches.
 func (t routeTable) allowed(path string) []string {
+	if !strings.HasPrefix(path, "/") {
+		return nil
+	}
+	rest := path[1:]
+	n := strings.Count(rest, "/") + 1
 	var out []string
-	for _, r := range t {
-		if r.match.MatchString(path) {
+	for _, i := range t.bySegments[n] {
+		r := &t.routes[i]
+		if r.matchPath(rest) {
 			for _, m := range r.methods {
 				if !slices.Contains(out, m) {
 					out = append(out, m)
@@ -75,6 +112,19 @@ func (t routeTable) allowed(path string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// matchPath reports whether path (without its leading '/') has r's
+// segments.
+func (r *route) matchPath(path string) bool {
+	for _, g := range r.segments {
+		seg, rest, _ := strings.Cut(path, "/")
+		if !g.matches(seg) {
+			return false
+		}
+		path = rest
+	}
+	return true
 }
 
 // routingError answers requests no route takes, in the same shape as every

@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"net/textproto"
-	"regexp"
 	"strings"
 	"time"
 
@@ -189,7 +188,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		s.closeListeners()
 		return nil, err
 	}
-	routes = append(routes, nonAPIRoutes...)
+	for _, p := range nonAPIRoutes {
+		routes.add(route{template: p, segments: []segment{{prefix: strings.TrimPrefix(p, "/")}}, methods: []string{"GET", "HEAD"}})
+	}
 	gw := runtime.NewServeMux(
 		// Only what the server reads becomes metadata: the request id
 		// (Authorization the gateway always passes on). The default would
@@ -279,15 +280,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// nonAPIRoutes are the HTTP server's routes outside the REST API, for the
-// Allow header of a wrong method (405).
-var nonAPIRoutes = func() routeTable {
-	var t routeTable
-	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/openapi.yaml", "/openapi.json"} {
-		t = append(t, route{template: p, match: regexp.MustCompile("^" + regexp.QuoteMeta(p) + "$"), methods: []string{"GET", "HEAD"}})
-	}
-	return t
-}()
+// nonAPIRoutes are the HTTP server's routes outside the REST API (GET and
+// HEAD), for the Allow header of a wrong method (405).
+var nonAPIRoutes = []string{"/healthz", "/readyz", "/metrics", "/openapi.yaml", "/openapi.json"}
 
 // GRPCAddr is the bound gRPC address (useful with port 0).
 func (s *Server) GRPCAddr() string { return s.lisGRPC.Addr().String() }
