@@ -155,10 +155,10 @@ type SequencerConfig struct {
 // database and this process about as much as the change it follows.
 const DefaultMinInterval = 5 * time.Millisecond
 
-// Pace waits until min has passed since last (the start of the previous
-// pass), or ctx ends (false).
-func Pace(ctx context.Context, last time.Time, min time.Duration) bool {
-	if d := min - time.Since(last); d > 0 {
+// Pace waits until interval has passed since last (the start of the
+// previous pass), or ctx ends (false).
+func Pace(ctx context.Context, last time.Time, interval time.Duration) bool {
+	if d := interval - time.Since(last); d > 0 {
 		return Sleep(ctx, d)
 	}
 	return ctx.Err() == nil

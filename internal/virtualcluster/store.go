@@ -205,8 +205,6 @@ func StillIdle(ctx context.Context, q store.Querier, id string, now time.Time) (
 
 var autoSleepPhases = []string{string(PhaseReady), string(PhaseDegraded)}
 
-// PlaceOn records the host cluster a virtual cluster runs on (its create
-// request is being approved; the caller holds the locks placement needs).
 // MoveDeferred is Move (and, with hostCluster set, PlaceOn) for the
 // current incarnation cur, which the transaction has locked: the row is
 // computed here and the write deferred (store.Tx.ExecDeferred). It returns
@@ -234,6 +232,8 @@ func MoveDeferred(tx *store.Tx, cur VirtualCluster, phase Phase, q quota.Resourc
 	return next
 }
 
+// PlaceOn records the host cluster a virtual cluster runs on (its create
+// request is being approved; the caller holds the locks placement needs).
 func PlaceOn(ctx context.Context, tx *store.Tx, id, hostCluster string) error {
 	_, err := tx.Exec(ctx, `UPDATE virtual_clusters SET host_cluster_id = $3 WHERE uid = `+currentUID, id, gonePhases, hostCluster)
 	return err
