@@ -22,8 +22,10 @@ run() {
 # gets and list pages, each side by side with kube-apiserver CRD objects.
 # A fixed count gives every sub-benchmark the same amount of work.
 run ./internal/app/ -bench '^(BenchmarkCreate|BenchmarkGet|BenchmarkListPage)$' -benchtime "${BENCH_API_OPS:-3000x}" -timeout 60m
-# Change feed latency and idle watchers.
+# Change feed latency and idle watchers; a sequencer pass at 1,000 and
+# 100,000 events of history.
 run ./internal/app/ -bench '^BenchmarkEvents' -timeout 30m
+run ./internal/events/ -bench '^BenchmarkSequencerPass$' -benchtime 300x -timeout 30m
 # Provisioning: approve -> applied for 1 and 100 virtual clusters against a
 # bare helm install, and the resync of unchanged virtual clusters.
 run ./internal/reconcile/ -bench . -benchtime "${BENCH_PROVISION_RUNS:-3x}" -timeout 60m

@@ -28,7 +28,7 @@ type feed struct {
 	waker   *events.Waker
 }
 
-func newFeed(t *testing.T) feed {
+func newFeed(t testing.TB) feed {
 	t.Helper()
 	commits := store.NewCommitSignal()
 	return feed{db: store.New(storetest.Pool(t), store.WithCommitSignal(commits)), commits: commits, waker: events.NewWaker()}

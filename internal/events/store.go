@@ -30,6 +30,9 @@ type PassResult struct {
 	full       bool  // the batch limit was reached: run again at once
 }
 
+// Positioned is how many events the pass gave a position.
+func (p PassResult) Positioned() int { return p.positioned }
+
 // sequence gives the next committed, unpositioned events their positions,
 // in audit id order. Sequencers of every process serialise on the
 // event_feed row lock; the statement that picks the events runs after the
@@ -62,13 +65,15 @@ func sequence(ctx context.Context, db *store.DB, limit int) (PassResult, error) 
 		// Planned at every pass (an unnamed statement, not the cached
 		// prepared one): a generic plan does not know that $1 is near the
 		// newest id, and one made while the tables were small scans both
-		// of them whole (a hash anti-join), costing a pass O(history).
+		// of them whole (a hash anti-join), costing a pass O(history). The
+		// bound repeated inside NOT EXISTS keeps a merge anti-join from
+		// reading every position from the first one, for the same reason.
 		err := tx.QueryRow(ctx, `
 			WITH batch AS (
 			  SELECT a.id, row_number() OVER (ORDER BY a.id) AS rn
 			    FROM audit_events a
 			   WHERE a.id > $1 AND a.event_type IS NOT NULL
-			     AND NOT EXISTS (SELECT 1 FROM event_positions p WHERE p.audit_id = a.id)
+			     AND NOT EXISTS (SELECT 1 FROM event_positions p WHERE p.audit_id = a.id AND p.audit_id > $1)
 			   ORDER BY a.id LIMIT $2),
 			ins AS (
 			  INSERT INTO event_positions (position, audit_id)
@@ -162,7 +167,8 @@ func unsequenced(ctx context.Context, q store.Querier) (map[int64]bool, error) {
 	rows, err := q.Query(ctx, `
 		SELECT a.id FROM audit_events a
 		 WHERE a.id > (SELECT low_water FROM event_feed) AND a.event_type IS NOT NULL
-		   AND NOT EXISTS (SELECT 1 FROM event_positions p WHERE p.audit_id = a.id)`)
+		   AND NOT EXISTS (SELECT 1 FROM event_positions p WHERE p.audit_id = a.id
+		                   AND p.audit_id > (SELECT low_water FROM event_feed))`)
 	if err != nil {
 		return nil, err
 	}
