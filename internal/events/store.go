@@ -62,12 +62,12 @@ func sequence(ctx context.Context, db *store.DB, limit int) (PassResult, error) 
 			return err
 		}
 		var n, xmin, ownXID int64
-		// Planned at every pass (an unnamed statement, not the cached
-		// prepared one): a generic plan does not know that $1 is near the
-		// newest id, and one made while the tables were small scans both
-		// of them whole (a hash anti-join), costing a pass O(history). The
-		// bound repeated inside NOT EXISTS keeps a merge anti-join from
-		// reading every position from the first one, for the same reason.
+		// Both sides of the anti-join start at the low-water mark ($1,
+		// repeated inside NOT EXISTS), so whichever join the planner picks
+		// reads only what follows it: without the inner bound a merge
+		// anti-join read every position from the first one, and a plan
+		// made while the tables were small hashed both of them whole,
+		// costing a pass O(history).
 		err := tx.QueryRow(ctx, `
 			WITH batch AS (
 			  SELECT a.id, row_number() OVER (ORDER BY a.id) AS rn
@@ -81,7 +81,7 @@ func sequence(ctx context.Context, db *store.DB, limit int) (PassResult, error) 
 			SELECT (SELECT count(*) FROM ins),
 			       pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
 			       pg_current_xact_id()::text::bigint`,
-			pgx.QueryExecModeCacheDescribe, low, limit, last).Scan(&n, &xmin, &ownXID)
+			low, limit, last).Scan(&n, &xmin, &ownXID)
 		if err != nil {
 			return err
 		}
