@@ -1,3 +1,13 @@
+DROP TRIGGER IF EXISTS teams_held_quota ON teams;
+CREATE TRIGGER teams_held_quota
+  AFTER UPDATE OF node_pool, department_id ON teams
+  FOR EACH ROW EXECUTE FUNCTION teams_held_quota();
+DROP TRIGGER IF EXISTS teams_assigned_totals_insert ON teams;
+DROP TRIGGER IF EXISTS teams_assigned_totals_delete ON teams;
+DROP TRIGGER IF EXISTS teams_assigned_totals_update ON teams;
+CREATE TRIGGER teams_assigned_totals
+  AFTER INSERT OR DELETE OR UPDATE OF gpu_centi, cpu_millis, memory_bytes, department_id ON teams
+  FOR EACH ROW EXECUTE FUNCTION teams_assigned_totals();
 CREATE OR REPLACE FUNCTION virtual_clusters_held_quota() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   old_holds boolean := false;

@@ -43,3 +43,24 @@ BEGIN
   RETURN NULL;
 END
 $$;
+
+-- Triggers on teams fire only when what they track changes: an update
+-- that sets a column to the value it had (every team update names them
+-- all) no longer calls PL/pgSQL to find that out, nor does a team created
+-- or deleted without quota.
+DROP TRIGGER teams_assigned_totals ON teams;
+CREATE TRIGGER teams_assigned_totals_insert AFTER INSERT ON teams FOR EACH ROW
+  WHEN ((NEW.gpu_centi, NEW.cpu_millis, NEW.memory_bytes) <> (0, 0, 0))
+  EXECUTE FUNCTION teams_assigned_totals();
+CREATE TRIGGER teams_assigned_totals_delete AFTER DELETE ON teams FOR EACH ROW
+  WHEN ((OLD.gpu_centi, OLD.cpu_millis, OLD.memory_bytes) <> (0, 0, 0))
+  EXECUTE FUNCTION teams_assigned_totals();
+CREATE TRIGGER teams_assigned_totals_update AFTER UPDATE OF gpu_centi, cpu_millis, memory_bytes, department_id ON teams FOR EACH ROW
+  WHEN ((OLD.gpu_centi, OLD.cpu_millis, OLD.memory_bytes, OLD.department_id) IS DISTINCT FROM
+        (NEW.gpu_centi, NEW.cpu_millis, NEW.memory_bytes, NEW.department_id))
+  EXECUTE FUNCTION teams_assigned_totals();
+
+DROP TRIGGER teams_held_quota ON teams;
+CREATE TRIGGER teams_held_quota AFTER UPDATE OF node_pool, department_id ON teams FOR EACH ROW
+  WHEN ((OLD.node_pool, OLD.department_id) IS DISTINCT FROM (NEW.node_pool, NEW.department_id))
+  EXECUTE FUNCTION teams_held_quota();
