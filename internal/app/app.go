@@ -146,6 +146,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 			return nil, err
 		}
 		a.Host, a.HostClusters = hs.home, hs.registry
+		a.closers = append(a.closers, hs.close)
 	}
 	if cfg.RunWorker {
 		if a.Host == nil {

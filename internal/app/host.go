@@ -152,6 +152,16 @@ func newHosts(rc *rest.Config, cfg Config, log *slog.Logger, tp trace.TracerProv
 	return hosts{home: home, registry: registry}, nil
 }
 
+// close stops the clients' watches (hostcluster.Client.Close).
+func (h hosts) close() {
+	if h.registry != nil {
+		h.registry.Close()
+	}
+	if h.home != nil {
+		h.home.Close()
+	}
+}
+
 // client is the client of one host cluster.
 func (h hosts) client(ctx context.Context, hc fleet.HostCluster) (*hostcluster.Client, error) {
 	if hc.Connection.InCluster {

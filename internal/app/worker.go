@@ -68,6 +68,7 @@ func NewWorker(ctx context.Context, cfg Config, opts Options) (_ *WorkerProcess,
 	if err != nil {
 		return nil, err
 	}
+	p.closers = append(p.closers, hs.close)
 	if p.feed, err = newFeed(pool, cfg, p.log, false); err != nil {
 		return nil, err
 	}

@@ -163,9 +163,13 @@ func MarkControlPlaneReadyWith(ctx context.Context, kube kubernetes.Interface, s
 	if err != nil {
 		return err
 	}
+	// Labelled as vCluster 0.36.1 (the default chart) labels it
+	// (pkg/util/kubeconfig/kubeconfig.go); gpuplane's worker watches the
+	// Secrets so labelled.
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: hostcluster.KubeconfigSecretName(sts.Name), Namespace: sts.Namespace},
-		Data:       data,
+		ObjectMeta: metav1.ObjectMeta{Name: hostcluster.KubeconfigSecretName(sts.Name), Namespace: sts.Namespace,
+			Labels: map[string]string{"app": "vcluster", "vcluster-name": sts.Name}},
+		Data: data,
 	}
 	if _, err := kube.CoreV1().Secrets(sts.Namespace).Create(ctx, secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err

@@ -11,16 +11,15 @@ import (
 	"strings"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 )
 
 // A resync of a virtual cluster nothing has touched since its last Apply
-// should cost reads, not writes: re-applying nine objects with server-side
-// apply, probing the guardrails and reading the Helm release is about 76 ms
-// of API server work, which for 10,000 virtual clusters would not fit a
-// resync interval.
+// should cost neither writes nor requests: re-applying its objects with
+// server-side apply, probing the guardrails and reading the Helm release
+// is tens of milliseconds of API server work, which for 10,000 virtual
+// clusters would not fit a resync interval. Observe reads from watch
+// caches (cache.go), so the check below is made in memory.
 //
 // So the Client remembers, per virtual cluster, what its last successful
 // Apply left behind: a fingerprint of the desired state and a version of
@@ -31,7 +30,8 @@ import (
 //
 //   - the namespace: its resourceVersion (any write; its labels carry the
 //     Pod Security level);
-//   - queues, admission policies and bindings, the network policy: UID and
+//   - queues, the shared admission policies and bindings, the network
+//     policy: UID and
 //     metadata.generation, which the API server bumps on every spec change
 //     (not on status writes, which KAI and the policy type checker make all
 //     the time); the UID catches a delete and re-create;
@@ -122,6 +122,9 @@ func (c *Client) forget(vcName string) {
 	defer c.appliedMu.Unlock()
 	delete(c.applied, vcName)
 	delete(c.verified, vcName)
+	c.virtualMu.Lock()
+	delete(c.virtual, vcName)
+	c.virtualMu.Unlock()
 }
 
 // Unchanged reports whether the host still holds exactly what this Client's
@@ -190,34 +193,4 @@ func (c *Client) rememberVerified(vcName, key string) {
 	c.appliedMu.Lock()
 	defer c.appliedMu.Unlock()
 	c.verified[vcName] = key
-}
-
-// secretsGVR is for metadata-only reads of Helm's release records.
-var secretsGVR = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
-
-// releaseFromLabels reads the state of the last release revision from the
-// labels of Helm's release Secrets (name, owner, status, version and
-// gpuplane's values hash), without fetching or decoding the records (each
-// holds the whole gzipped chart, the most expensive read of a resync).
-// It matches what Helm's storage returns as the last release: the record
-// with the highest version. nil: no release.
-func (c *Client) releaseFromLabels(ctx context.Context, vcName string) (*ReleaseState, error) {
-	list, err := c.meta.Resource(secretsGVR).Namespace(NamespaceName(vcName)).List(ctx, metav1.ListOptions{
-		LabelSelector: "owner=helm,name=" + ReleaseName(vcName),
-	})
-	if err != nil {
-		return nil, err
-	}
-	var last *ReleaseState
-	for _, s := range list.Items {
-		l := s.GetLabels()
-		v, err := strconv.Atoi(l["version"])
-		if err != nil {
-			return nil, fmt.Errorf("release record %s has version label %q", s.GetName(), l["version"])
-		}
-		if last == nil || v > last.Revision {
-			last = &ReleaseState{Status: l["status"], Revision: v, ValuesHash: l[releaseLabelValuesHash]}
-		}
-	}
-	return last, nil
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -79,6 +80,17 @@ type Client struct {
 	// the versions this Client last applied (nil: none yet).
 	guardMu      sync.Mutex
 	guardApplied map[string]string
+
+	// cacheMu guards cache (the watch caches, cache.go; nil until first
+	// used) and closed.
+	cacheMu sync.Mutex
+	cache   *hostCaches
+	closed  bool
+
+	// virtualMu guards virtual: by virtual cluster, the client of its API
+	// server and the admin kubeconfig Secret version it was built from.
+	virtualMu sync.Mutex
+	virtual   map[string]virtualConn
 }
 
 // New builds a Client. It does not contact the API server.
@@ -124,6 +136,7 @@ func New(config *rest.Config, opts Options) (*Client, error) {
 		charts:    map[string]*loadedChart{},
 		applied:   map[string]appliedRecord{},
 		verified:  map[string]string{},
+		virtual:   map[string]virtualConn{},
 	}, nil
 }
 
@@ -230,6 +243,7 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		if ns.DeletionTimestamp != nil {
 			return "", fmt.Errorf("namespace %s is being deleted; retry once it is gone", ns.Name)
 		}
+		c.wrote(namespacesGVR, ns)
 		versions[versionNamespace] = objectVersion(ns.UID, ns.ResourceVersion)
 		return "namespace " + ns.Name, nil
 	}); err != nil {
@@ -243,6 +257,7 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 			if err != nil {
 				return strings.Join(names, ", "), fmt.Errorf("queue %s: %w", q.GetName(), err)
 			}
+			c.wrote(QueueGVR, have)
 			versions[queueVersionKey(have.GetName())] = specVersion(have.GetUID(), have.GetGeneration())
 			names = append(names, q.GetName())
 		}
@@ -262,6 +277,7 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 		if err != nil {
 			return "", err
 		}
+		c.wrote(networkPoliciesGVR, np)
 		versions[versionNetpol] = specVersion(np.UID, np.Generation)
 		return "network policy " + np.Name, nil
 	}); err != nil {
@@ -274,6 +290,11 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 			return "", err
 		}
 		versions[versionRelease] = releaseStateVersion(&ReleaseState{Status: string(rcommon.StatusDeployed), Revision: r.Revision, ValuesHash: r.ValuesHash})
+		if r.Action != "unchanged" {
+			if err := c.readReleased(ctx, vc); err != nil {
+				return "", err
+			}
+		}
 		if err := c.checkControlPlaneAdmitted(ctx, vc); err != nil {
 			return "", err
 		}
@@ -306,6 +327,29 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 	return steps, nil
 }
 
+// readReleased reads the control plane StatefulSet and Service a Helm
+// install or upgrade just wrote, through Helm's own client, and has the
+// watch caches wait for these versions (Client.wrote): the checks and the
+// Observe that follow see the release as installed, not as it was.
+func (c *Client) readReleased(ctx context.Context, vc VirtualCluster) error {
+	ns, name := NamespaceName(vc.Name), ReleaseName(vc.Name)
+	sts, err := c.kube.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		c.wrote(statefulSetsGVR, sts)
+	case !apierrors.IsNotFound(err):
+		return err
+	}
+	svc, err := c.kube.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		c.wrote(servicesGVR, svc)
+	case !apierrors.IsNotFound(err):
+		return err
+	}
+	return nil
+}
+
 // checkControlPlaneAdmitted dry-runs the vCluster control plane pod (the
 // StatefulSet's template) in the host namespace, so that a Pod Security
 // level the chart's pods do not meet (the tier's "restricted" with a
@@ -315,11 +359,8 @@ func (c *Client) Apply(ctx context.Context, vc VirtualCluster) (Steps, error) {
 // are left to the StatefulSet controller.
 func (c *Client) checkControlPlaneAdmitted(ctx context.Context, vc VirtualCluster) error {
 	ns := NamespaceName(vc.Name)
-	sts, err := c.kube.AppsV1().StatefulSets(ns).Get(ctx, ReleaseName(vc.Name), metav1.GetOptions{})
-	if err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
+	sts, ok, err := c.cachedStatefulSet(ctx, vc.Name)
+	if err != nil || !ok {
 		return err
 	}
 	// As the StatefulSet controller builds pod 0: the template plus a
@@ -434,7 +475,8 @@ type Observed struct {
 	ControlPlaneStopped bool
 	// WorkloadPods counts the pods the syncer created in the host
 	// namespace (label vcluster.loft.sh/managed-by=<release>) that are not
-	// already terminating.
+	// already terminating; counted for a sleeping virtual cluster only
+	// (what Asleep needs), 0 otherwise.
 	WorkloadPods int
 
 	// versions of the objects Apply writes, as read (applied.go).
@@ -478,41 +520,41 @@ func (o Observed) TenantAccessInSync() bool {
 	return !o.TenantAccess.Applicable || o.TenantAccess.InSync
 }
 
-// Observe reads the live state of vc. Missing objects are reported, not
-// returned as errors; errors mean the API server could not be read.
+// Observe reads the state of vc on the host. Missing objects are
+// reported, not returned as errors; errors mean the host cluster could not
+// be read. It reads from the Client's watch caches (cache.go), which
+// follow the API server and hold what this Client wrote, so an Observe
+// after an Apply sees the Apply's writes; it makes requests only for what
+// no watch covers: the workload pods of a sleeping virtual cluster, an
+// admin kubeconfig Secret vCluster did not label (chart 0.20), the team's
+// RBAC inside the virtual cluster, and the nodes of a tier with its own
+// scheduler.
 func (c *Client) Observe(ctx context.Context, vc VirtualCluster) (Observed, error) {
 	if err := vc.Validate(); err != nil {
 		return Observed{}, err
 	}
 	var o Observed
 	ns := NamespaceName(vc.Name)
-	exists := func(err error) (bool, error) {
-		if err == nil {
-			return true, nil
-		}
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		return false, err
-	}
 
 	o.versions = map[string]string{}
-	nsObj, err := c.kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-	if o.NamespaceExists, err = exists(err); err != nil {
+	nsObj, ok, err := c.cachedMeta(ctx, namespacesGVR, "", ns)
+	if err != nil {
 		return o, err
 	}
-	if o.NamespaceExists {
+	o.NamespaceExists = ok
+	if ok {
 		o.versions[versionNamespace] = objectVersion(nsObj.UID, nsObj.ResourceVersion)
 	}
 
 	for _, want := range RenderQueues(vc, c.settings) {
 		level, _, _ := unstructured.NestedString(want.Object, "metadata", "labels", LabelQueueLevel)
 		qs := QueueState{Name: want.GetName(), Level: level}
-		have, err := c.dyn.Resource(QueueGVR).Get(ctx, want.GetName(), metav1.GetOptions{})
-		if qs.Exists, err = exists(err); err != nil {
+		have, ok, err := c.cachedQueue(ctx, want.GetName())
+		if err != nil {
 			return o, err
 		}
-		if qs.Exists {
+		qs.Exists = ok
+		if ok {
 			o.versions[queueVersionKey(qs.Name)] = specVersion(have.GetUID(), have.GetGeneration())
 			qs.Drift = queueDrift(want, have)
 			if level == LevelLeaf {
@@ -522,24 +564,22 @@ func (c *Client) Observe(ctx context.Context, vc VirtualCluster) (Observed, erro
 		o.Queues = append(o.Queues, qs)
 	}
 
+	if !o.NamespaceExists {
+		return o, nil
+	}
 	mutating, err := c.MutatingAdmissionPolicySupported()
 	if err != nil {
 		return o, err
 	}
-	if o.NamespaceExists {
-		if err := c.observeGuardrails(ctx, vc, mutating, nsObj.Labels, nsObj.Annotations, &o); err != nil {
-			return o, err
-		}
-	}
-
-	if !o.NamespaceExists {
-		return o, nil
-	}
-	np, err := c.kube.NetworkingV1().NetworkPolicies(ns).Get(ctx, NetworkPolicyName, metav1.GetOptions{})
-	if o.NetworkPolicyPresent, err = exists(err); err != nil {
+	if err := c.observeGuardrails(ctx, vc, mutating, nsObj.Labels, nsObj.Annotations, &o); err != nil {
 		return o, err
 	}
-	if o.NetworkPolicyPresent {
+
+	np, ok, err := c.cachedMeta(ctx, networkPoliciesGVR, ns, NetworkPolicyName)
+	if err != nil {
+		return o, err
+	}
+	if o.NetworkPolicyPresent = ok; ok {
 		o.versions[versionNetpol] = specVersion(np.UID, np.Generation)
 	}
 
@@ -555,31 +595,35 @@ func (c *Client) Observe(ctx context.Context, vc VirtualCluster) (Observed, erro
 		o.ReleaseUpToDate = o.ReleaseDeployed() && o.Release.ValuesHash == want
 	}
 
-	sts, err := c.kube.AppsV1().StatefulSets(ns).Get(ctx, ReleaseName(vc.Name), metav1.GetOptions{})
-	if ok, err := exists(err); err != nil {
-		return o, err
-	} else if ok {
-		o.ControlPlaneReady = statefulSetReady(sts)
-		o.ControlPlaneStopped = sts.Spec.Replicas != nil && *sts.Spec.Replicas == 0 && sts.Status.Replicas == 0
-	}
-	pods, err := c.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: workloadPodSelector(vc)})
+	sts, ok, err := c.cachedStatefulSet(ctx, vc.Name)
 	if err != nil {
 		return o, err
 	}
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil { // terminating ones are the kubelet's to finish
-			o.WorkloadPods++
-		}
+	if ok {
+		o.ControlPlaneReady = statefulSetReady(sts)
+		o.ControlPlaneStopped = sts.Spec.Replicas != nil && *sts.Spec.Replicas == 0 && sts.Status.Replicas == 0
 	}
 	if vc.Sleep {
 		// Its API server is not running: no endpoint, nothing to read
-		// inside.
+		// inside; what is left is whether its workload pods are gone (a
+		// list, for sleeping virtual clusters only: a watch of every
+		// tenant pod on the host would cost more than it saves).
+		pods, err := c.meta.Resource(podsGVR).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: workloadPodSelector(vc)})
+		if err != nil {
+			return o, err
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil { // terminating ones are the kubelet's to finish
+				o.WorkloadPods++
+			}
+		}
 		return o, nil
 	}
-	_, err = c.kube.CoreV1().Secrets(ns).Get(ctx, KubeconfigSecretName(vc.Name), metav1.GetOptions{})
-	if o.KubeconfigSecretPresent, err = exists(err); err != nil {
+	secret, err := c.kubeconfigSecret(ctx, vc.Name)
+	if err != nil {
 		return o, err
 	}
+	o.KubeconfigSecretPresent = secret != nil
 	if o.Endpoint, err = c.observeEndpoint(ctx, vc); err != nil {
 		return o, err
 	}
@@ -588,6 +632,9 @@ func (c *Client) Observe(ctx context.Context, vc VirtualCluster) (Observed, erro
 	}
 	return o, nil
 }
+
+// podsGVR is for metadata-only lists of workload pods.
+var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 
 // sliceNodes are the names of the nodes in vc's pool (label
 // <pool label>=<pool>), sorted: the only nodes a virtual cluster with its
@@ -797,12 +844,12 @@ func (c *Client) Delete(ctx context.Context, vc VirtualCluster) error {
 	var del metav1.DeleteOptions
 	ns := NamespaceName(vc.Name)
 
-	if _, err := c.kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err == nil {
+	if _, ok, err := c.cachedMeta(ctx, namespacesGVR, "", ns); err != nil {
+		return fmt.Errorf("hostcluster: delete %s: %w", vc.Name, err)
+	} else if ok {
 		if err := c.UninstallRelease(ctx, vc.Name); err != nil {
 			return err
 		}
-	} else if !apierrors.IsNotFound(err) {
-		return fmt.Errorf("hostcluster: delete %s: %w", vc.Name, err)
 	}
 
 	// The shared guardrails stay for the other virtual clusters; objects of

@@ -327,6 +327,7 @@ func TestDriftIsObservedAndRepaired(t *testing.T) {
 		metav1.PatchOptions{FieldManager: "kubectl-edit"}); err != nil {
 		t.Fatal(err)
 	}
+	h.sync()
 	o, err := h.client.Observe(h.ctx, vc)
 	if err != nil {
 		t.Fatal(err)
@@ -404,6 +405,7 @@ func TestObserveReadinessAndAllocation(t *testing.T) {
 	if _, err := h.dyn.Resource(QueueGVR).UpdateStatus(h.ctx, leaf, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	h.sync()
 
 	o, err = h.client.Observe(h.ctx, vc)
 	if err != nil {
@@ -701,6 +703,7 @@ func TestKAINodePools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(c.Close)
 	dept := h.n("kai-pools")
 	shared := testVC(h.n("kp-shared"), "t1", dept, TierShared)
 	dedicated := testVC(h.n("kp-ded"), "t2", dept, TierDedicated)

@@ -80,6 +80,7 @@ func newHarness(t testing.TB) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(c.Close)
 	runsMu.Lock()
 	runs[t.Name()]++
 	sfx := ""
@@ -90,6 +91,15 @@ func newHarness(t testing.TB) *harness {
 	return &harness{
 		sfx: sfx, t: t, ctx: ctx, config: cfg, client: c,
 		kube: kubernetes.NewForConfigOrDie(cfg), dyn: dynamic.NewForConfigOrDie(cfg),
+	}
+}
+
+// sync makes the client's watch caches reflect a change the test made
+// behind its back (Client.Sync), before the next Observe.
+func (h *harness) sync() {
+	h.t.Helper()
+	if err := h.client.Sync(h.ctx); err != nil {
+		h.t.Fatal(err)
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -184,11 +183,8 @@ func renderAPIAccessPolicy(vc VirtualCluster) *networkingv1.NetworkPolicy {
 // read from what the host cluster reports for the control plane Service:
 // "" while it is not known yet (no Service, or no load balancer address).
 func (c *Client) observeEndpoint(ctx context.Context, vc VirtualCluster) (string, error) {
-	svc, err := c.kube.CoreV1().Services(NamespaceName(vc.Name)).Get(ctx, ReleaseName(vc.Name), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return "", nil
-	}
-	if err != nil {
+	svc, ok, err := c.cachedService(ctx, vc.Name)
+	if err != nil || !ok {
 		return "", err
 	}
 	return EndpointFromService(c.settings, vc.Name, svc), nil

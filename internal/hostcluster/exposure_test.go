@@ -81,6 +81,7 @@ func TestExposureOnTheRealAPIServer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(c.Close)
 			name := h.n("expose-" + strings.ToLower(e.Mode))
 			vc := testVC(name, "vision", "research", TierShared)
 			ns := NamespaceName(name)

@@ -85,15 +85,23 @@ func (c *Client) ensureSharedGuardrails(ctx context.Context, mutating bool) (map
 	for _, kind := range guardrailKinds(mutating) {
 		var obj metav1.Object
 		var err error
-		switch kind {
-		case vapKind:
-			obj, err = adm.ValidatingAdmissionPolicies().Apply(ctx, g.Validating, apply)
-		case vapbKind:
-			obj, err = adm.ValidatingAdmissionPolicyBindings().Apply(ctx, g.ValidatingBinding, apply)
-		case mapKind:
-			obj, err = adm.MutatingAdmissionPolicies().Apply(ctx, g.Mutating, apply)
-		case mapbKind:
-			obj, err = adm.MutatingAdmissionPolicyBindings().Apply(ctx, g.MutatingBinding, apply)
+		// Another worker process may create the same object at the same
+		// moment (a host cluster's first virtual clusters): the apply
+		// that lost the race is sent again, as an update.
+		for attempt := 0; attempt < 3; attempt++ {
+			switch kind {
+			case vapKind:
+				obj, err = adm.ValidatingAdmissionPolicies().Apply(ctx, g.Validating, apply)
+			case vapbKind:
+				obj, err = adm.ValidatingAdmissionPolicyBindings().Apply(ctx, g.ValidatingBinding, apply)
+			case mapKind:
+				obj, err = adm.MutatingAdmissionPolicies().Apply(ctx, g.Mutating, apply)
+			case mapbKind:
+				obj, err = adm.MutatingAdmissionPolicyBindings().Apply(ctx, g.MutatingBinding, apply)
+			}
+			if !apierrors.IsAlreadyExists(err) && !apierrors.IsConflict(err) {
+				break
+			}
 		}
 		if err != nil {
 			return nil, fmt.Errorf("shared %s %s: %w", kind, GuardrailsPolicyName, err)
@@ -134,7 +142,7 @@ func (c *Client) probeGuardrails(ctx context.Context, vc VirtualCluster, digest 
 	}
 	want := "gpuplane guardrail probe: parameters " + digest + ", queue label " + queue
 	deadline := time.Now().Add(guardrailProbeTimeout)
-	last := "no answer yet"
+	var last string // the latest answer, for the error
 	for {
 		// Compliant with Pod Security "restricted" and with every other
 		// rule, so that only the probe rule refuses it.

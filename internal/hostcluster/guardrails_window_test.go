@@ -313,3 +313,49 @@ func TestLegacyGuardrailsMigrate(t *testing.T) {
 	}
 	t.Logf("%d forbidden pods sent during the move, %d admitted", attempts.Load(), admitted.Load())
 }
+
+// TestSharedGuardrailsRepairedAtOnce: one program guards every virtual
+// cluster on the host, so deleting one of its objects would unguard them
+// all; the Client that applied them re-applies them as soon as its watch
+// sees the deletion, without waiting for a reconcile.
+func TestSharedGuardrailsRepairedAtOnce(t *testing.T) {
+	h := newHarness(t)
+	vc := testVC(h.n("repair"), "t1", h.n("repair-dept"), TierShared)
+	h.grantSyncerPods([]VirtualCluster{vc})
+	h.apply(vc)
+	adm := h.kube.AdmissionregistrationV1()
+	before, err := adm.ValidatingAdmissionPolicyBindings().Get(h.ctx, GuardrailsPolicyName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := adm.ValidatingAdmissionPolicyBindings().Delete(h.ctx, GuardrailsPolicyName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	for {
+		after, err := adm.ValidatingAdmissionPolicyBindings().Get(h.ctx, GuardrailsPolicyName, metav1.GetOptions{})
+		if err == nil && after.UID != before.UID {
+			t.Logf("binding re-created %s after its deletion", time.Since(deleted).Round(time.Millisecond))
+			break
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		if time.Since(deleted) > 10*time.Second {
+			t.Fatal("the deleted shared binding was not re-created within 10 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// And it is enforced again (the API server loads it within a second).
+	pods := h.asSyncer(vc).CoreV1().Pods(NamespaceName(vc.Name))
+	for i := 0; ; i++ {
+		_, err := pods.Create(h.ctx, forbiddenPod("stray"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil && strings.Contains(err.Error(), "'"+GuardrailsPolicyName+"'") {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("the re-created guardrails are not enforced: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -386,7 +387,7 @@ func (c *Client) helmConfig(namespace string) (*action.Configuration, error) {
 	if err := cfg.Init(getter, namespace, "secret"); err != nil {
 		return nil, fmt.Errorf("hostcluster: helm configuration: %w", err)
 	}
-	d := newReleaseSecrets(c.kube.CoreV1().Secrets(namespace))
+	d := newReleaseSecrets(c.kube.CoreV1().Secrets(namespace), func(s *corev1.Secret) { c.wrote(secretsGVR, s) })
 	d.SetLogger(c.log.Handler())
 	cfg.Releases = storage.Init(d)
 	return cfg, nil

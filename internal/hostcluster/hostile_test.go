@@ -420,6 +420,7 @@ func TestHostileTenants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(restrictedClient.Close)
 	clients := [numTargets]*Client{h.client, h.client, restrictedClient, h.client}
 	syncers := [numTargets]kubernetes.Interface{}
 	for i, vc := range vcs {

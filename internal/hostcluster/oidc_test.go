@@ -270,6 +270,7 @@ func TestOIDCValuesThroughHelm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(c.Close)
 	for _, chart := range []string{newChart, oldChart} {
 		t.Run(chart, func(t *testing.T) {
 			name := h.n("oidc-helm-" + strings.ReplaceAll(chart, ".", ""))

@@ -106,15 +106,33 @@ func (r *Registry) Client(ctx context.Context, t Target) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if old, ok := r.clients[t.ID]; ok {
+		// Its watches stop; a reconcile still holding it fails and is
+		// retried with the new one.
+		go old.client.Close()
+	}
 	r.clients[t.ID] = registryEntry{digest: digest, client: c}
 	return c, nil
 }
 
-// Forget drops the client of a host cluster (it was deleted).
+// Forget drops (and closes) the client of a host cluster (it was deleted).
 func (r *Registry) Forget(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if e, ok := r.clients[id]; ok {
+		go e.client.Close()
+	}
 	delete(r.clients, id)
+}
+
+// Close closes every client.
+func (r *Registry) Close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, e := range r.clients {
+		e.client.Close()
+		delete(r.clients, id)
+	}
 }
 
 // RESTConfigFromKubeconfig builds a REST config from a host cluster's

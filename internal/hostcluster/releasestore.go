@@ -34,10 +34,13 @@ import (
 type releaseSecrets struct {
 	*driver.Secrets
 	impl corev1client.SecretInterface
+	// wrote is told of every record written (the Client's watch of release
+	// records then waits for it: Client.wrote).
+	wrote func(*corev1.Secret)
 }
 
-func newReleaseSecrets(impl corev1client.SecretInterface) *releaseSecrets {
-	return &releaseSecrets{Secrets: driver.NewSecrets(impl), impl: impl}
+func newReleaseSecrets(impl corev1client.SecretInterface, wrote func(*corev1.Secret)) *releaseSecrets {
+	return &releaseSecrets{Secrets: driver.NewSecrets(impl), impl: impl, wrote: wrote}
 }
 
 // Create stores a new record; ErrReleaseExists when the key is taken.
@@ -50,12 +53,14 @@ func (s *releaseSecrets) Create(key string, rel helmrelease.Releaser) error {
 	if err != nil {
 		return fmt.Errorf("create: failed to encode release %q: %w", rls.Name, err)
 	}
-	if _, err := s.impl.Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
+	created, err := s.impl.Create(context.Background(), obj, metav1.CreateOptions{})
+	if err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return driver.ErrReleaseExists
 		}
 		return fmt.Errorf("create: failed to create: %w", err)
 	}
+	s.wrote(created)
 	return nil
 }
 
@@ -69,9 +74,11 @@ func (s *releaseSecrets) Update(key string, rel helmrelease.Releaser) error {
 	if err != nil {
 		return fmt.Errorf("update: failed to encode release %q: %w", rls.Name, err)
 	}
-	if _, err := s.impl.Update(context.Background(), obj, metav1.UpdateOptions{}); err != nil {
+	updated, err := s.impl.Update(context.Background(), obj, metav1.UpdateOptions{})
+	if err != nil {
 		return fmt.Errorf("update: failed to update: %w", err)
 	}
+	s.wrote(updated)
 	return nil
 }
 

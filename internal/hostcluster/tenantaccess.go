@@ -48,20 +48,34 @@ type TenantAccessState struct {
 // tenantAccessApplicable reports whether the team's RBAC is applied at all.
 func (c *Client) tenantAccessApplicable() bool { return c.settings.OIDC.Enabled() }
 
+// virtualConn is a client of one virtual API server and the version (UID
+// and resourceVersion) of the admin kubeconfig Secret it was built from.
+type virtualConn struct {
+	version string
+	client  kubernetes.Interface
+}
+
 // virtualClient connects to the virtual API server with the admin
 // kubeconfig vCluster wrote. ok is false (and err nil) while the control
-// plane is not ready or has not written the Secret yet.
+// plane is not ready or has not written the Secret yet. The client is kept
+// while the Secret stays the same, so a resync reuses its connection
+// instead of reading the Secret and opening a TLS session each time.
 func (c *Client) virtualClient(ctx context.Context, vc VirtualCluster) (kubernetes.Interface, bool, error) {
 	ns := NamespaceName(vc.Name)
-	sts, err := c.kube.AppsV1().StatefulSets(ns).Get(ctx, ReleaseName(vc.Name), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, false, nil
-	}
-	if err != nil {
+	sts, ok, err := c.cachedStatefulSet(ctx, vc.Name)
+	if err != nil || !ok || !statefulSetReady(sts) {
 		return nil, false, err
 	}
-	if !statefulSetReady(sts) {
-		return nil, false, nil
+	meta, err := c.kubeconfigSecret(ctx, vc.Name)
+	if err != nil || meta == nil {
+		return nil, false, err
+	}
+	version := objectVersion(meta.UID, meta.ResourceVersion)
+	c.virtualMu.Lock()
+	conn, known := c.virtual[vc.Name]
+	c.virtualMu.Unlock()
+	if known && conn.version == version {
+		return conn.client, true, nil
 	}
 	sec, err := c.kube.CoreV1().Secrets(ns).Get(ctx, KubeconfigSecretName(vc.Name), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -84,6 +98,9 @@ func (c *Client) virtualClient(ctx context.Context, vc VirtualCluster) (kubernet
 	if err != nil {
 		return nil, false, err
 	}
+	c.virtualMu.Lock()
+	c.virtual[vc.Name] = virtualConn{version: objectVersion(sec.UID, sec.ResourceVersion), client: cs}
+	c.virtualMu.Unlock()
 	return cs, true, nil
 }
 

@@ -167,6 +167,9 @@ func (h *harness) newHost(dial func(ctx context.Context, network, addr string) (
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	// Its watches end before the API server stops (which otherwise waits
+	// for them to drain).
+	h.t.Cleanup(c.Close)
 	return c
 }
 

@@ -75,6 +75,7 @@ func TestMemberChangeKeepsControlPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(host.Close)
 	w := h.worker(host, workerConfig("rbac"))
 
 	const id = "members"
