@@ -50,18 +50,36 @@ BEGIN
 END
 $$;
 
+-- vc_reserves_quota is whether a virtual cluster holds its quota. In
+-- PL/pgSQL control flow rather than one SQL expression: the phase rule, an
+-- inlined function, folds to a constant under a custom plan, so an
+-- expression holding it and a subquery would be planned again on every row
+-- (most of what an approval's update of the virtual cluster would cost);
+-- here it is a cached simple expression, and the department is read only
+-- for a sleeping virtual cluster.
+CREATE FUNCTION vc_reserves_quota(phase text, sleep boolean, team text) RETURNS boolean
+  LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  IF NOT vc_phase_holds_quota(phase) THEN
+    RETURN false;
+  END IF;
+  IF NOT sleep THEN
+    RETURN true;
+  END IF;
+  RETURN (SELECT d.sleeping_keeps_quota FROM teams t JOIN departments d ON d.id = t.department_id WHERE t.id = team);
+END
+$$;
+
 CREATE FUNCTION virtual_clusters_held_quota() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   old_holds boolean := false;
   new_holds boolean := false;
 BEGIN
   IF TG_OP IN ('UPDATE', 'DELETE') THEN
-    old_holds := vc_phase_holds_quota(OLD.phase) AND (NOT OLD.sleep OR
-      (SELECT d.sleeping_keeps_quota FROM teams t JOIN departments d ON d.id = t.department_id WHERE t.id = OLD.team_id));
+    old_holds := vc_reserves_quota(OLD.phase, OLD.sleep, OLD.team_id);
   END IF;
   IF TG_OP IN ('INSERT', 'UPDATE') THEN
-    new_holds := vc_phase_holds_quota(NEW.phase) AND (NOT NEW.sleep OR
-      (SELECT d.sleeping_keeps_quota FROM teams t JOIN departments d ON d.id = t.department_id WHERE t.id = NEW.team_id));
+    new_holds := vc_reserves_quota(NEW.phase, NEW.sleep, NEW.team_id);
   END IF;
   IF TG_OP = 'UPDATE' AND old_holds = new_holds AND (NOT new_holds OR
      ((OLD.host_cluster_id, OLD.team_id, OLD.gpu_centi, OLD.cpu_millis, OLD.memory_bytes) IS NOT DISTINCT FROM
@@ -124,9 +142,25 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER teams_held_quota
-  AFTER UPDATE OF node_pool, department_id ON teams
-  FOR EACH ROW EXECUTE FUNCTION teams_held_quota();
+CREATE TRIGGER teams_held_quota AFTER UPDATE OF node_pool, department_id ON teams FOR EACH ROW
+  WHEN ((OLD.node_pool, OLD.department_id) IS DISTINCT FROM (NEW.node_pool, NEW.department_id))
+  EXECUTE FUNCTION teams_held_quota();
+
+-- The department totals trigger (migrations 3 and 9) fires only when
+-- what it tracks changes: an update that sets a column to the value it had
+-- (every team update names them all) no longer calls PL/pgSQL to find that
+-- out, nor does a team created or deleted without quota.
+DROP TRIGGER teams_assigned_totals ON teams;
+CREATE TRIGGER teams_assigned_totals_insert AFTER INSERT ON teams FOR EACH ROW
+  WHEN ((NEW.gpu_centi, NEW.cpu_millis, NEW.memory_bytes) <> (0, 0, 0))
+  EXECUTE FUNCTION teams_assigned_totals();
+CREATE TRIGGER teams_assigned_totals_delete AFTER DELETE ON teams FOR EACH ROW
+  WHEN ((OLD.gpu_centi, OLD.cpu_millis, OLD.memory_bytes) <> (0, 0, 0))
+  EXECUTE FUNCTION teams_assigned_totals();
+CREATE TRIGGER teams_assigned_totals_update AFTER UPDATE OF gpu_centi, cpu_millis, memory_bytes, department_id ON teams FOR EACH ROW
+  WHEN ((OLD.gpu_centi, OLD.cpu_millis, OLD.memory_bytes, OLD.department_id) IS DISTINCT FROM
+        (NEW.gpu_centi, NEW.cpu_millis, NEW.memory_bytes, NEW.department_id))
+  EXECUTE FUNCTION teams_assigned_totals();
 
 -- What already holds quota.
 SELECT held_quota_recount(id) FROM departments;

@@ -88,16 +88,7 @@ func All(ctx context.Context, q store.Querier) ([]HostCluster, error) {
 
 // QueueAll is All, queued in b (for Tx.Send).
 func QueueAll(b *store.Batch, dst *[]HostCluster) {
-	b.QueueRows(func(rows pgx.Rows) error {
-		for rows.Next() {
-			h, err := scan(rows)
-			if err != nil {
-				return err
-			}
-			*dst = append(*dst, h)
-		}
-		return rows.Err()
-	}, `SELECT `+columns+` FROM host_clusters ORDER BY id`)
+	store.QueueMany(b, dst, scan, `SELECT `+columns+` FROM host_clusters ORDER BY id`)
 }
 
 // ListOptions select one page of host clusters by id.

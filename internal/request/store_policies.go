@@ -28,16 +28,7 @@ func GetPolicy(ctx context.Context, q store.Querier, id string, lock bool) (Poli
 
 // queueEnabledPolicies is enabledPolicies, queued in b (for Tx.Send).
 func queueEnabledPolicies(b *store.Batch, dst *[]Policy) {
-	b.QueueRows(func(rows pgx.Rows) error {
-		for rows.Next() {
-			p, err := scanPolicy(rows)
-			if err != nil {
-				return err
-			}
-			*dst = append(*dst, p)
-		}
-		return rows.Err()
-	}, `SELECT `+policyColumns+` FROM approval_policies WHERE NOT disabled ORDER BY seq`)
+	store.QueueMany(b, dst, scanPolicy, `SELECT `+policyColumns+` FROM approval_policies WHERE NOT disabled ORDER BY seq`)
 }
 
 func insertPolicy(ctx context.Context, tx *store.Tx, p Policy) (Policy, error) {

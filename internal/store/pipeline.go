@@ -396,6 +396,21 @@ func QueueOne[T any](b *Batch, dst *T, sql string, lock bool, scan func(pgx.Row)
 	}, sql, args...)
 }
 
+// QueueMany adds a query whose rows (each read by scan) are appended to
+// *dst.
+func QueueMany[T any](b *Batch, dst *[]T, scan func(pgx.Row) (T, error), sql string, args ...any) {
+	b.QueueRows(func(rows pgx.Rows) error {
+		for rows.Next() {
+			v, err := scan(rows)
+			if err != nil {
+				return err
+			}
+			*dst = append(*dst, v)
+		}
+		return rows.Err()
+	}, sql, args...)
+}
+
 // Send runs b's reads in one round trip outside a transaction (they see
 // one snapshot: a pipeline runs as one implicit transaction) and returns
 // the first error.

@@ -35,6 +35,17 @@ func inOrder(t *testing.T, ctx context.Context, db *store.DB, key string, member
 
 const duplicate = "INSERT INTO group_members VALUES ('taken', 'x', 'dup')"
 
+// takenFixture is groupFixture with a row "taken" in place, which
+// duplicate then cannot insert again.
+func takenFixture(t *testing.T, ctx context.Context) (*store.DB, func(ctx context.Context, where string) []string) {
+	t.Helper()
+	db, rows := groupFixture(t)
+	if err := db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error { return insertMember(ctx, tx, "taken") }); err != nil {
+		t.Fatal(err)
+	}
+	return db, rows
+}
+
 func isUniqueViolation(err error) bool { return store.SQLState(err) == pgerrcode.UniqueViolation }
 
 // A deferred write goes out with the next member's first statement; when it
@@ -44,10 +55,7 @@ func isUniqueViolation(err error) bool { return store.SQLState(err) == pgerrcode
 func TestGroupTxDeferredFailureBelongsToItsMember(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	db, rows := groupFixture(t)
-	if err := db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error { return insertMember(ctx, tx, "taken") }); err != nil {
-		t.Fatal(err)
-	}
+	db, rows := takenFixture(t, ctx)
 	bRuns := 0
 	got := inOrder(t, ctx, db, "dept-p",
 		func(ctx context.Context, tx *store.Tx) error {
@@ -90,10 +98,7 @@ func TestGroupTxDeferredFailureBelongsToItsMember(t *testing.T) {
 func TestGroupTxLastMembersDeferredFailure(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	db, rows := groupFixture(t)
-	if err := db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error { return insertMember(ctx, tx, "taken") }); err != nil {
-		t.Fatal(err)
-	}
+	db, rows := takenFixture(t, ctx)
 	got := inOrder(t, ctx, db, "dept-q",
 		func(ctx context.Context, tx *store.Tx) error { return insertMember(ctx, tx, "a1") },
 		func(ctx context.Context, tx *store.Tx) error {
@@ -140,10 +145,7 @@ func TestGroupTxMemberFailingBeforeItsFirstStatementKeepsEarlierWork(t *testing.
 func TestInTxDeferredFailureFailsTheCommit(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	db, rows := groupFixture(t)
-	if err := db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error { return insertMember(ctx, tx, "taken") }); err != nil {
-		t.Fatal(err)
-	}
+	db, rows := takenFixture(t, ctx)
 	err := db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
 		if err := insertMember(ctx, tx, "x1"); err != nil {
 			return err

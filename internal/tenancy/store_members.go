@@ -131,16 +131,7 @@ func QueueGrantsOf(b *store.Batch, dst *[]Grant, username string, groups []strin
 	if groups == nil {
 		groups = []string{}
 	}
-	b.QueueRows(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var g Grant
-			if err := rows.Scan(&g.Team, &g.Department, &g.Role, &g.Member); err != nil {
-				return err
-			}
-			*dst = append(*dst, g)
-		}
-		return rows.Err()
-	}, grantsSQL+`SELECT team_id, department_id, role, member_id FROM grants`, username, groups)
+	store.QueueMany(b, dst, scanGrant, grantsSQL+`SELECT team_id, department_id, role, member_id FROM grants`, username, groups)
 }
 
 // GrantsOf loads, in one query, every team role a user (by name or group)
@@ -153,8 +144,10 @@ func GrantsOf(ctx context.Context, q store.Querier, username string, groups []st
 	if err != nil {
 		return nil, store.Classify(err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Grant, error) {
-		var g Grant
-		return g, r.Scan(&g.Team, &g.Department, &g.Role, &g.Member)
-	})
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Grant, error) { return scanGrant(r) })
+}
+
+func scanGrant(row pgx.Row) (Grant, error) {
+	var g Grant
+	return g, row.Scan(&g.Team, &g.Department, &g.Role, &g.Member)
 }

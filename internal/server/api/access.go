@@ -70,11 +70,7 @@ func readScope(a *identity.Access) store.Scope {
 // otherwise (foreign teams look absent), together with the caller's access
 // it loaded, so handlers do not load it a second time.
 func (s *API) readableTeam(ctx context.Context, field, name string) (tenancy.Team, *identity.Access, error) {
-	id, err := names.ParseTeam(field, name)
-	if err != nil {
-		return tenancy.Team{}, nil, err
-	}
-	p, err := caller(ctx)
+	id, p, err := teamAndCaller(ctx, field, name)
 	if err != nil {
 		return tenancy.Team{}, nil, err
 	}
@@ -89,11 +85,7 @@ func (s *API) readableTeam(ctx context.Context, field, name string) (tenancy.Tea
 // readableTeamWith is readableTeam with more reads (queued by more) in the
 // same round trip.
 func (s *API) readableTeamWith(ctx context.Context, field, name string, more func(b *store.Batch)) (tenancy.Team, *identity.Access, error) {
-	id, err := names.ParseTeam(field, name)
-	if err != nil {
-		return tenancy.Team{}, nil, err
-	}
-	p, err := caller(ctx)
+	id, p, err := teamAndCaller(ctx, field, name)
 	if err != nil {
 		return tenancy.Team{}, nil, err
 	}
@@ -107,6 +99,17 @@ func (s *API) readableTeamWith(ctx context.Context, field, name string, more fun
 		return t, nil, err
 	}
 	return s.teamAccess(name, t, p, grants)
+}
+
+// teamAndCaller parses the team name (field, for errors) and finds the
+// authenticated caller.
+func teamAndCaller(ctx context.Context, field, name string) (string, reqctx.Principal, error) {
+	id, err := names.ParseTeam(field, name)
+	if err != nil {
+		return "", reqctx.Principal{}, err
+	}
+	p, err := caller(ctx)
+	return id, p, err
 }
 
 // teamAccess is what p may do given grants, when it may read team t.
