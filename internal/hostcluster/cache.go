@@ -54,10 +54,17 @@ import (
 // reads kubeconfig Secrets and nodes, never starts them) and stop with
 // Close.
 
-// cacheWait bounds how long a read waits for a watch that is reconnecting
-// (watches end after a few minutes by design and are reopened at once) or
-// for a write of this Client to arrive.
-const cacheWait = 3 * time.Second
+// reconnectWait bounds how long a read waits for a watch that is
+// reconnecting (watches end after a few minutes by design and are reopened
+// at once). A failed list or watch fails the read at once instead. Longer
+// waits hold a worker's lease through a host outage: the outage test's
+// recovery missed its bound at 10 s.
+const reconnectWait = 3 * time.Second
+
+// writeWait bounds how long a read waits for the event of a write of this
+// Client (it normally arrives within milliseconds; an object deleted since
+// never sends it).
+const writeWait = 3 * time.Second
 
 // cacheSyncTimeout bounds how long the first read waits for the caches'
 // initial lists.
@@ -106,6 +113,8 @@ type watched struct {
 	mu sync.Mutex
 	// watching: a watch is open, so the cache follows the server.
 	watching bool
+	// watches counts the watches opened (ended ignores all but the last).
+	watches int
 	// err is why the last list or watch failed (nil once a watch opened).
 	err error
 	// changed is closed (and replaced) whenever the cache or its state
@@ -131,6 +140,27 @@ func (w *watched) setState(watching bool, err error) {
 	defer w.mu.Unlock()
 	w.watching, w.err = watching, err
 	w.signal()
+}
+
+// opened records a watch that just opened and returns its number.
+func (w *watched) opened() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.watches++
+	w.watching, w.err = true, nil
+	w.signal()
+	return w.watches
+}
+
+// ended records the end of watch n. The reflector may have opened the
+// next one before the last one's end is seen: then nothing changes.
+func (w *watched) ended(n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n == w.watches {
+		w.watching = false
+		w.signal()
+	}
 }
 
 // observed is the event handler: it clears a pending write the event
@@ -192,8 +222,8 @@ func (l *listWatch) WatchWithContext(ctx context.Context, opts metav1.ListOption
 		l.w.setState(false, err)
 		return nil, err
 	}
-	l.w.setState(true, nil)
-	return newTrackedWatch(inner, func() { l.w.setState(false, nil) }), nil
+	n := l.w.opened()
+	return newTrackedWatch(inner, func() { l.w.ended(n) }), nil
 }
 
 // List and Watch without a context are the older ListerWatcher interface.
@@ -405,10 +435,10 @@ func (c *Client) Close() {
 
 // ready waits until w follows the server: its initial list is in and a
 // watch is open. It fails at once with a list or watch error (a missing
-// permission, an unreachable server), and after cacheWait (or
+// permission, an unreachable server), and after reconnectWait (or
 // cacheSyncTimeout for the initial list) with context.DeadlineExceeded.
 func (w *watched) ready(ctx context.Context) error {
-	limit := cacheWait
+	limit := reconnectWait
 	if !w.informer.HasSynced() {
 		limit = cacheSyncTimeout
 	}
@@ -436,7 +466,7 @@ func (w *watched) ready(ctx context.Context) error {
 
 // get reads ns/name from w once it follows the server and holds any
 // version this Client wrote of it. A write whose event does not arrive
-// within cacheWait (the object was deleted since, say) is given up on: the
+// within writeWait (the object was deleted since, say) is given up on: the
 // cache's answer stands.
 func (w *watched) get(ctx context.Context, namespace, name string) (any, bool, error) {
 	if err := w.ready(ctx); err != nil {
@@ -446,7 +476,7 @@ func (w *watched) get(ctx context.Context, namespace, name string) (any, bool, e
 	if namespace != "" {
 		key = namespace + "/" + name
 	}
-	deadline := time.NewTimer(cacheWait)
+	deadline := time.NewTimer(writeWait)
 	defer deadline.Stop()
 	for {
 		obj, exists, err := w.informer.GetIndexer().GetByKey(key)
@@ -480,12 +510,12 @@ func (w *watched) get(ctx context.Context, namespace, name string) (any, bool, e
 }
 
 // inNamespace lists what w holds in namespace, once w follows the server
-// and any write of this Client there has arrived (or cacheWait passed).
+// and any write of this Client there has arrived (or writeWait passed).
 func (w *watched) inNamespace(ctx context.Context, namespace string) ([]any, error) {
 	if err := w.ready(ctx); err != nil {
 		return nil, err
 	}
-	deadline := time.NewTimer(cacheWait)
+	deadline := time.NewTimer(writeWait)
 	defer deadline.Stop()
 	prefix := namespace + "/"
 	for {

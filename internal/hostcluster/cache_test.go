@@ -45,7 +45,9 @@ func (s slowWatches) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestObserveSeesItsOwnWrites(t *testing.T) {
 	h := newHarness(t)
 	cfg := rest.CopyConfig(h.config)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return slowWatches{next: rt, delay: 500 * time.Millisecond} })
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return slowWatches{next: rt, delay: 500 * time.Millisecond}
+	})
 	c, err := New(cfg, Options{Settings: h.client.settings})
 	if err != nil {
 		t.Fatal(err)
@@ -83,5 +85,22 @@ func TestObserveSeesItsOwnWrites(t *testing.T) {
 	}
 	if ok, err := c.Unchanged(h.ctx, vc, o); err != nil || ok {
 		t.Errorf("after a hand edit: unchanged %v (%v), want false", ok, err)
+	}
+}
+
+// The end of a watch that the reflector already replaced (its goroutine
+// ran late) must not mark the cache as no longer following the server:
+// reads would then fail until that watch, too, ended minutes later.
+func TestALateWatchEndKeepsTheCacheFresh(t *testing.T) {
+	w := newWatched("things")
+	first := w.opened()
+	second := w.opened()
+	w.ended(first)
+	if !w.watching {
+		t.Fatal("the end of a replaced watch marked the cache stale")
+	}
+	w.ended(second)
+	if w.watching {
+		t.Fatal("the end of the open watch left the cache marked fresh")
 	}
 }
