@@ -17,6 +17,7 @@ package reconcile_test
 // has a virtual cluster, so the probe answers at once.
 
 import (
+	"log/slog"
 	"context"
 	"errors"
 	"fmt"
@@ -63,7 +64,7 @@ func benchSpec() *pb.VirtualClusterSpec { return vcSpec("0", 10, 0) }
 // benchWorker is the worker as deployed (Poll and Lease defaults) with
 // concurrency 8.
 func benchWorker(h *harness, host reconcile.Host) *reconcile.Worker {
-	return reconcile.New(store.New(h.pool), host, discard, reconcile.Config{ID: "bench", Concurrency: 8, Resync: time.Hour})
+	return reconcile.New(store.New(h.pool), host, testLogger(h.t, slog.LevelInfo), reconcile.Config{ID: "bench", Concurrency: 8, Resync: time.Hour})
 }
 
 // appliedCount counts the virtual clusters among ids whose current
