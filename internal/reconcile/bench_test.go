@@ -17,10 +17,11 @@ package reconcile_test
 // has a virtual cluster, so the probe answers at once.
 
 import (
-	"log/slog"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -62,9 +63,31 @@ const benchChart = "0.36.1"
 func benchSpec() *pb.VirtualClusterSpec { return vcSpec("0", 10, 0) }
 
 // benchWorker is the worker as deployed (Poll and Lease defaults) with
-// concurrency 8.
-func benchWorker(h *harness, host reconcile.Host) *reconcile.Worker {
-	return reconcile.New(store.New(h.pool), host, testLogger(h.t, slog.LevelInfo), reconcile.Config{ID: "bench", Concurrency: 8, Resync: time.Hour})
+// concurrency 8. Its log is kept in memory: a benchmark that fails prints
+// it (why a host looked unreachable is only there), one that passes does
+// not clutter the report with it.
+func benchWorker(h *harness, host reconcile.Host) (*reconcile.Worker, *benchLog) {
+	l := &benchLog{}
+	log := slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	return reconcile.New(store.New(h.pool), host, log, reconcile.Config{ID: "bench", Concurrency: 8, Resync: time.Hour}), l
+}
+
+// benchLog is a worker log kept for a failure message.
+type benchLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *benchLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *benchLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 // appliedCount counts the virtual clusters among ids whose current
@@ -83,7 +106,7 @@ func (h *harness) appliedCount(tb testing.TB, ids []string) int {
 // failIfGivenUp ends the benchmark when a virtual cluster among ids failed
 // or degraded: it would never count as applied, and the loop waiting for
 // it would wait forever.
-func (h *harness) failIfGivenUp(b *testing.B, ids []string) {
+func (h *harness) failIfGivenUp(b *testing.B, ids []string, log *benchLog) {
 	var id, phase, msg string
 	err := h.pool.QueryRow(h.ctx, `SELECT id, phase, status_message FROM virtual_clusters
 		WHERE id = ANY($1) AND phase IN ('FAILED', 'DEGRADED') LIMIT 1`, ids).Scan(&id, &phase, &msg)
@@ -93,7 +116,7 @@ func (h *harness) failIfGivenUp(b *testing.B, ids []string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Fatalf("virtual cluster %s is %s: %s", id, phase, msg)
+	b.Fatalf("virtual cluster %s is %s: %s\nworker log:\n%s", id, phase, msg, log)
 }
 
 // Results the verdict lines compare, by benchmark: seconds per virtual
@@ -119,14 +142,14 @@ func BenchmarkProvision(b *testing.B) {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
 			h := newHarness(b, harnessOptions{})
 			host := h.newHost(nil)
-			w := benchWorker(h, host)
+			w, log := benchWorker(h, host)
 
 			// Warm up as a running worker would be: chart loaded, API
 			// discovery cached, parent queues present.
 			h.createVC(b, "team-a", "warmup", benchSpec())
 			h.runOnce(b, w)
 			if h.appliedCount(b, []string{"warmup"}) != 1 {
-				b.Fatalf("warm-up not applied: %s", describe(h.vc(b, "warmup")))
+				b.Fatalf("warm-up not applied: %s\nworker log:\n%s", describe(h.vc(b, "warmup")), log)
 			}
 
 			var timed, approving time.Duration
@@ -150,7 +173,7 @@ func BenchmarkProvision(b *testing.B) {
 				start = time.Now()
 				go func() { defer close(done); _ = w.Run(ctx) }()
 				for h.appliedCount(b, ids) < n {
-					h.failIfGivenUp(b, ids)
+					h.failIfGivenUp(b, ids, log)
 					time.Sleep(5 * time.Millisecond)
 				}
 				timed += time.Since(start)
