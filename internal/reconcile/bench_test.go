@@ -17,7 +17,6 @@ package reconcile_test
 // has a virtual cluster, so the probe answers at once.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -63,31 +62,29 @@ const benchChart = "0.36.1"
 func benchSpec() *pb.VirtualClusterSpec { return vcSpec("0", 10, 0) }
 
 // benchWorker is the worker as deployed (Poll and Lease defaults) with
-// concurrency 8. Its log is kept in memory: a benchmark that fails prints
-// it (why a host looked unreachable is only there), one that passes does
-// not clutter the report with it.
-func benchWorker(h *harness, host reconcile.Host) (*reconcile.Worker, *benchLog) {
-	l := &benchLog{}
-	log := slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	return reconcile.New(store.New(h.pool), host, log, reconcile.Config{ID: "bench", Concurrency: 8, Resync: time.Hour}), l
+// concurrency 8. Its log goes to a file: a benchmark that fails prints it
+// (why a host looked unreachable is only there), one that passes does not
+// clutter the report with it.
+func benchWorker(b *testing.B, h *harness, host reconcile.Host) (*reconcile.Worker, workerLog) {
+	path := filepath.Join(b.TempDir(), "worker.log")
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = f.Close() })
+	log := slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	return reconcile.New(store.New(h.pool), host, log, reconcile.Config{ID: "bench", Concurrency: 8, Resync: time.Hour}), workerLog(path)
 }
 
-// benchLog is a worker log kept for a failure message.
-type benchLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
+// workerLog is the path of a benchmark worker's log; it prints as the log.
+type workerLog string
 
-func (l *benchLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *benchLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
+func (l workerLog) String() string {
+	data, err := os.ReadFile(string(l))
+	if err != nil {
+		return err.Error()
+	}
+	return string(data)
 }
 
 // appliedCount counts the virtual clusters among ids whose current
@@ -106,7 +103,7 @@ func (h *harness) appliedCount(tb testing.TB, ids []string) int {
 // failIfGivenUp ends the benchmark when a virtual cluster among ids failed
 // or degraded: it would never count as applied, and the loop waiting for
 // it would wait forever.
-func (h *harness) failIfGivenUp(b *testing.B, ids []string, log *benchLog) {
+func (h *harness) failIfGivenUp(b *testing.B, ids []string, log workerLog) {
 	var id, phase, msg string
 	err := h.pool.QueryRow(h.ctx, `SELECT id, phase, status_message FROM virtual_clusters
 		WHERE id = ANY($1) AND phase IN ('FAILED', 'DEGRADED') LIMIT 1`, ids).Scan(&id, &phase, &msg)
@@ -142,7 +139,7 @@ func BenchmarkProvision(b *testing.B) {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
 			h := newHarness(b, harnessOptions{})
 			host := h.newHost(nil)
-			w, log := benchWorker(h, host)
+			w, log := benchWorker(b, h, host)
 
 			// Warm up as a running worker would be: chart loaded, API
 			// discovery cached, parent queues present.
