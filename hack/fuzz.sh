@@ -30,11 +30,13 @@ fuzz_one() {
 
 # coordinator_race DIR NAME OUT: the failure in OUT is the toolchain's
 # deadline race, not a finding: the target's only complaint is "context
-# deadline exceeded" and its corpus directory got no new (untracked) input.
+# deadline exceeded", go test wrote no failing input, and its corpus
+# directory got no new (untracked) input.
 coordinator_race() {
   local corpus="$1/testdata/fuzz/$2"
   grep -qE "^--- FAIL: $2 " "$3" || return 1
   [ "$(grep -A1 -E "^--- FAIL: $2 " "$3" | tail -1 | sed -E 's/^[[:space:]]+//')" = "context deadline exceeded" ] || return 1
+  ! grep -q 'Failing input written to' "$3" || return 1
   [ -z "$(git status --porcelain --untracked-files=all -- "$corpus" 2>/dev/null)" ] || return 1
 }
 

@@ -55,13 +55,16 @@ func TestInt64(t *testing.T) {
 }
 
 // SnakeKeysForDecode decodes to the same value as SnakeKeys (which
-// re-encodes the whole document), for any document.
+// re-encodes the whole document), for any document whose objects have no
+// two keys of the same snake_case name: for those SnakeKeys keeps either
+// value (it renames through a Go map), so it is no reference.
 func FuzzSnakeKeysForDecode(f *testing.F) {
 	for _, seed := range []string{
 		`{"createVirtualCluster":{"spec":{"allowFractionalGpus":true,"quota":{"cpuMillis":"5"}},"virtualClusterId":"x"},"list":[{"lastTransitionTime":"t"}]}`,
 		`[{"type":"Ready","lastTransitionTime":"2026-01-02T03:04:05Z","message":"a \"quoted\": value","observedGeneration":"3"}]`,
 		` { "aB" : { "cD":[1, 2.5e3, null, true, "eF:"] } , "g\u0048i": "x" } `,
 		`{"emptyKey":{},"":"","x":"\\"}`, `"justAString"`, `{"a":}`, `[`, ``,
+		`{"aB":0,"a_b":1}`, // skipped: the names clash
 	} {
 		f.Add(seed)
 	}
@@ -80,6 +83,9 @@ func FuzzSnakeKeysForDecode(f *testing.F) {
 			d.UseNumber() // numbers as written: 1E700 is no float64
 			return v, d.Decode(&v)
 		}
+		if v, err := decode([]byte(doc)); err == nil && snakeNamesClash(v) {
+			t.Skip("two keys of one object have the same snake_case name")
+		}
 		w, err := decode(want)
 		if err != nil {
 			t.Fatalf("SnakeKeys(%q) = %s, not JSON: %v", doc, want, err)
@@ -92,4 +98,26 @@ func FuzzSnakeKeysForDecode(f *testing.F) {
 			t.Fatalf("%q:\n SnakeKeys          %s\n SnakeKeysForDecode %s", doc, want, got)
 		}
 	})
+}
+
+// snakeNamesClash reports whether an object in v has two keys that snake
+// renames to the same name.
+func snakeNamesClash(v any) bool {
+	switch x := v.(type) {
+	case map[string]any:
+		seen := make(map[string]bool, len(x))
+		for k, e := range x {
+			if seen[snake(k)] || snakeNamesClash(e) {
+				return true
+			}
+			seen[snake(k)] = true
+		}
+	case []any:
+		for _, e := range x {
+			if snakeNamesClash(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
