@@ -166,10 +166,7 @@ func (c *Client) Unchanged(ctx context.Context, vc VirtualCluster, o Observed) (
 // guardrailVersions is the key under which verified guardrails are
 // remembered: the versions of the admission objects, in a fixed order.
 func guardrailVersions(versions map[string]string, mutating bool) string {
-	kinds := []string{vapKind, vapbKind}
-	if mutating {
-		kinds = append(kinds, mapKind, mapbKind)
-	}
+	kinds := guardrailKinds(mutating)
 	parts := make([]string, len(kinds))
 	for i, k := range kinds {
 		parts[i] = versions[policyVersionKey(k)]

@@ -370,11 +370,19 @@ func (c *Client) startCaches() (*hostCaches, error) {
 	}
 	hc.byGVR[namespacesGVR] = metaOnly(namespacesGVR, selectManaged)
 	hc.byGVR[QueueGVR] = full(QueueGVR, selectManaged)
-	hc.byGVR[admissionGVR(vapKind)] = full(admissionGVR(vapKind), selectManaged) // status: type-check warnings
-	for _, kind := range []string{vapbKind, mapKind, mapbKind} {
-		hc.byGVR[admissionGVR(kind)] = metaOnly(admissionGVR(kind), selectManaged)
+	// Only the admission kinds the server serves: a watch of one it does
+	// not (MutatingAdmissionPolicy before Kubernetes 1.36) would fail every
+	// read of it.
+	mutating, err := c.MutatingAdmissionPolicySupported()
+	if err != nil {
+		return nil, err
 	}
-	for _, kind := range []string{vapKind, vapbKind, mapKind, mapbKind} {
+	for _, kind := range guardrailKinds(mutating) {
+		if kind == vapKind {
+			hc.byGVR[admissionGVR(kind)] = full(admissionGVR(kind), selectManaged) // status: type-check warnings
+		} else {
+			hc.byGVR[admissionGVR(kind)] = metaOnly(admissionGVR(kind), selectManaged)
+		}
 		_, _ = hc.byGVR[admissionGVR(kind)].informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			UpdateFunc: func(_, obj any) { c.sharedGuardrailChanged(hc, kind, obj, false) },
 			DeleteFunc: func(obj any) { c.sharedGuardrailChanged(hc, kind, obj, true) },

@@ -1,6 +1,7 @@
 package hostcluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -18,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpuplane/gpuplane/internal/envtestenv"
 )
 
 func TestApplyCreatesEverything(t *testing.T) {
@@ -590,18 +593,32 @@ func TestCapacityByPool(t *testing.T) {
 
 // On servers without MutatingAdmissionPolicy (before 1.36, or disabled)
 // nothing sets the queue label, so the validating policy alone must keep
-// KAI pods out of default-queue.
+// KAI pods out of default-queue; and nothing reads or watches the mutating
+// kinds there (a watch of them would fail every Apply). A real API server
+// of its own, with those resources turned off.
 func TestGuardrailsWithoutMutatingAdmissionPolicy(t *testing.T) {
-	h := newHarness(t)
-	unsupported := false
-	h.client.mapSupported = &unsupported
+	envtestenv.SkipIfShort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	env, err := envtestenv.Start(ctx, envtestenv.Options{ExtraAPIServerArgs: []string{
+		"--runtime-config=admissionregistration.k8s.io/v1/mutatingadmissionpolicies=false," +
+			"admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings=false",
+		// Its admission plugin would wait for the resources forever.
+		"--disable-admission-plugins=MutatingAdmissionPolicy"}})
+	if err != nil {
+		t.Fatalf("real API server needed: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	h := newHarnessOn(t, env)
+	if ok, err := h.client.MutatingAdmissionPolicySupported(); err != nil || ok {
+		t.Fatalf("MutatingAdmissionPolicy served: %v (%v)", ok, err)
+	}
 	vc := testVC(h.n("no-map"), "team-a", "research", TierShared)
 	steps := h.apply(vc)
 	if d := steps[2].Detail; !strings.Contains(d, "no MutatingAdmissionPolicy") {
 		t.Errorf("guardrails step detail %q", d)
 	}
-	// The shared mutating policy exists on this server (other tests' clients
-	// apply it); this namespace tells it not to label pods.
+	// This namespace tells the (absent) mutating policy not to label pods.
 	ns, err := h.kube.CoreV1().Namespaces().Get(h.ctx, NamespaceName(vc.Name), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -69,13 +69,19 @@ func newHarness(t testing.TB) *harness {
 	if shared.err != nil {
 		t.Fatalf("real API server needed: %v", shared.err)
 	}
+	return newHarnessOn(t, shared.env)
+}
+
+// newHarnessOn is a harness on env, an API server of the test's own.
+func newHarnessOn(t testing.TB, env *envtestenv.Env) *harness {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	dirs, err := vclusterchart.Dirs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := shared.env.RESTConfig()
+	cfg := env.RESTConfig()
 	c, err := New(cfg, Options{Settings: Settings{Chart: ChartSource{Dirs: dirs}, IngressNamespaces: []string{"gpuplane-system"}}})
 	if err != nil {
 		t.Fatal(err)

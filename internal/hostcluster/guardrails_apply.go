@@ -183,11 +183,15 @@ func (c *Client) probeGuardrails(ctx context.Context, vc VirtualCluster, digest 
 // cluster design created for vcName (PolicyName), bindings first, and
 // returns how many there were.
 func (c *Client) removeLegacyGuardrails(ctx context.Context, vcName string) (int, error) {
+	mutating, err := c.MutatingAdmissionPolicySupported()
+	if err != nil {
+		return 0, err
+	}
 	name := PolicyName(vcName)
-	adm := c.kube.AdmissionregistrationV1()
-	var del metav1.DeleteOptions
+	kinds := guardrailKinds(mutating)
 	n := 0
-	for _, kind := range []string{vapbKind, vapKind, mapbKind, mapKind} {
+	for i := len(kinds) - 1; i >= 0; i-- { // bindings before their policies
+		kind := kinds[i]
 		present, err := c.admissionObjectExists(ctx, kind, name)
 		if err != nil {
 			return n, err
@@ -195,16 +199,7 @@ func (c *Client) removeLegacyGuardrails(ctx context.Context, vcName string) (int
 		if !present {
 			continue
 		}
-		switch kind {
-		case vapbKind:
-			err = adm.ValidatingAdmissionPolicyBindings().Delete(ctx, name, del)
-		case vapKind:
-			err = adm.ValidatingAdmissionPolicies().Delete(ctx, name, del)
-		case mapbKind:
-			err = adm.MutatingAdmissionPolicyBindings().Delete(ctx, name, del)
-		case mapKind:
-			err = adm.MutatingAdmissionPolicies().Delete(ctx, name, del)
-		}
+		err = c.dyn.Resource(admissionGVR(kind)).Delete(ctx, name, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return n, fmt.Errorf("delete per-virtual-cluster %s %s: %w", kind, name, err)
 		}

@@ -16,11 +16,13 @@ import (
 // The reads of Observe, Unchanged and Apply's checks, from the watch
 // caches (cache.go).
 
+// admissionResources are the resources of the admission object kinds.
+var admissionResources = map[string]string{vapKind: "validatingadmissionpolicies", vapbKind: "validatingadmissionpolicybindings",
+	mapKind: "mutatingadmissionpolicies", mapbKind: "mutatingadmissionpolicybindings"}
+
 // admissionGVR is the resource of an admission object kind.
 func admissionGVR(kind string) schema.GroupVersionResource {
-	r := map[string]string{vapKind: "validatingadmissionpolicies", vapbKind: "validatingadmissionpolicybindings",
-		mapKind: "mutatingadmissionpolicies", mapbKind: "mutatingadmissionpolicybindings"}[kind]
-	return schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: r}
+	return schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: admissionResources[kind]}
 }
 
 // admissionObjectExists reports whether the admission object kind/name
