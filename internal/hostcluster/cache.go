@@ -518,7 +518,8 @@ func (w *watched) get(ctx context.Context, namespace, name string) (any, bool, e
 }
 
 // inNamespace lists what w holds in namespace, once w follows the server
-// and any write of this Client there has arrived (or writeWait passed).
+// and any write of this Client there has arrived (or writeWait passed:
+// those writes are given up on).
 func (w *watched) inNamespace(ctx context.Context, namespace string) ([]any, error) {
 	if err := w.ready(ctx); err != nil {
 		return nil, err
@@ -551,6 +552,16 @@ func (w *watched) inNamespace(ctx context.Context, namespace string) ([]any, err
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-deadline.C:
+			// Given up on, as get does: a write the watch never shows
+			// (deleted since, or outside its selector) must not hold up
+			// every later read of the namespace.
+			w.mu.Lock()
+			for key := range w.written {
+				if strings.HasPrefix(key, prefix) {
+					delete(w.written, key)
+				}
+			}
+			w.mu.Unlock()
 			return w.informer.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
 		}
 	}
