@@ -24,7 +24,7 @@ func TestHostRateLimitSetting(t *testing.T) {
 
 	cfg.HostClusterQPS = -1
 	TuneHostConfig(cfg)(rc)
-	if rc.QPS >= 0 || rc.RateLimiter != nil {
+	if rc.QPS >= 0 {
 		t.Errorf("negative QPS should mean no client-side limit: QPS %v", rc.QPS)
 	}
 

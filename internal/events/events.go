@@ -142,18 +142,15 @@ type SequencerConfig struct {
 	Retention time.Duration
 	// PruneEvery is how often retention runs; default 1m.
 	PruneEvery time.Duration
-	// MinInterval is the least time from one pass to the next when
-	// commits keep waking it (default DefaultMinInterval).
-	MinInterval time.Duration
 }
 
-// DefaultMinInterval paces the feed's loops (sequencer, hub, webhook
+// MinPassInterval paces the feed's loops (sequencer, hub, webhook
 // dispatcher): woken again sooner than this after a pass, a loop waits out
 // the rest before the next one. An idle feed answers a commit at once; a
 // busy one runs one pass per interval over everything committed meanwhile
 // instead of one transaction per commit, each of which costs both the
 // database and this process about as much as the change it follows.
-const DefaultMinInterval = 5 * time.Millisecond
+const MinPassInterval = 5 * time.Millisecond
 
 // Pace waits until interval has passed since last (the start of the
 // previous pass), or ctx ends (false).
@@ -187,9 +184,6 @@ func NewSequencer(db *store.DB, commits *store.CommitSignal, waker *Waker, log *
 	}
 	if cfg.PruneEvery <= 0 {
 		cfg.PruneEvery = time.Minute
-	}
-	if cfg.MinInterval <= 0 {
-		cfg.MinInterval = DefaultMinInterval
 	}
 	if log == nil {
 		log = slog.Default()
@@ -230,7 +224,7 @@ func (s *Sequencer) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-s.commits.C():
-			if !Pace(ctx, started, s.cfg.MinInterval) {
+			if !Pace(ctx, started, MinPassInterval) {
 				return
 			}
 		case <-poll.C:

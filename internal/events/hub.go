@@ -27,8 +27,6 @@ type HubConfig struct {
 	// Decode runs once per event before any watcher sees it (the API
 	// layer turns the JSON into its messages there); nil: nothing.
 	Decode func(*Event)
-	// MinInterval paces reads of the feed (default DefaultMinInterval).
-	MinInterval time.Duration
 }
 
 // Hub tails the feed once per process and hands events to any number of
@@ -70,9 +68,6 @@ func NewHub(db *store.DB, waker *Waker, log *slog.Logger, cfg HubConfig) *Hub {
 	}
 	if cfg.MaxWatchesPerUser <= 0 {
 		cfg.MaxWatchesPerUser = 16
-	}
-	if cfg.MinInterval <= 0 {
-		cfg.MinInterval = DefaultMinInterval
 	}
 	if log == nil {
 		log = slog.Default()
@@ -127,7 +122,7 @@ func (h *Hub) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-wake:
-			if !Pace(ctx, started, h.cfg.MinInterval) {
+			if !Pace(ctx, started, MinPassInterval) {
 				return
 			}
 		case <-poll.C:

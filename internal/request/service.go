@@ -109,7 +109,7 @@ func (s *Service) Create(ctx context.Context, tx *store.Tx, actor reqctx.Princip
 			return row, err
 		}
 	}
-	if err := s.autoApprove(ctx, tx, &row, team, pols); err != nil {
+	if err := s.autoApprove(ctx, tx, &row, team, budget, pols); err != nil {
 		return row, err
 	}
 	return row, nil
@@ -120,7 +120,7 @@ func (s *Service) Create(ctx context.Context, tx *store.Tx, actor reqctx.Princip
 // change) in a transaction (grouped with the department's other changes,
 // tenancy.DepartmentGroup): it locks the department, then the request,
 // checks etag and calls apply. For a new virtual cluster it also reads,
-// in the same round trip and lock order, what an approval needs (locked():
+// in the same round trip and lock order, what an approval needs (lockedRows:
 // the team, the virtual cluster, what the team holds, the host clusters).
 func (s *Service) Decide(ctx context.Context, seen Request, etag string, apply func(ctx context.Context, tx *store.Tx, r *Request) error) (Request, error) {
 	var out Request
@@ -395,11 +395,11 @@ func (s *Service) moveVirtualCluster(ctx context.Context, tx *store.Tx, actor re
 // matches approves the request, provided it fits. A match that does not fit
 // leaves the request pending for a person, with the reason in the audit log.
 // pols are the enabled policies, as Create read them.
-func (s *Service) autoApprove(ctx context.Context, tx *store.Tx, r *Request, team tenancy.Team, pols []Policy) error {
+func (s *Service) autoApprove(ctx context.Context, tx *store.Tx, r *Request, team tenancy.Team, budget quota.Resources, pols []Policy) error {
 	if len(pols) == 0 {
 		return nil
 	}
-	in, err := s.policyInput(ctx, tx, *r, team)
+	in, err := s.policyInput(ctx, tx, *r, team, budget)
 	if err != nil {
 		return err
 	}
@@ -450,15 +450,12 @@ func (s *Service) program(id string, version int64, expr string) (*policy.Progra
 	return prg, nil
 }
 
-// policyInput describes a request to CEL.
-func (s *Service) policyInput(ctx context.Context, q store.Querier, r Request, team tenancy.Team) (policy.Input, error) {
+// policyInput describes a request to CEL; budget is its department's (as
+// read under the department lock).
+func (s *Service) policyInput(ctx context.Context, q store.Querier, r Request, team tenancy.Team, budget quota.Resources) (policy.Input, error) {
 	in := policy.Input{
 		Request: policy.Request{Kind: string(r.Kind), Justification: r.Justification, Requester: r.Requester},
 		Team:    policy.Team{Name: team.ID, IsolationTier: string(team.Tier), GPUQuota: team.Quota.GPU.KAI()},
-	}
-	budget, err := tenancy.Budget(ctx, q, team.Department, false)
-	if err != nil {
-		return in, err
 	}
 	in.Department = policy.Department{Name: team.Department, GPUBudget: budget.GPU.KAI()}
 	var current quota.Resources

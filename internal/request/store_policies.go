@@ -26,7 +26,8 @@ func GetPolicy(ctx context.Context, q store.Querier, id string, lock bool) (Poli
 		errs.NotFound(names.ApprovalPolicy(id)), id)
 }
 
-// queueEnabledPolicies is enabledPolicies, queued in b (for Tx.Send).
+// queueEnabledPolicies queues the read of the enabled approval policies,
+// in evaluation order, in b (for Tx.Send).
 func queueEnabledPolicies(b *store.Batch, dst *[]Policy) {
 	store.QueueMany(b, dst, scanPolicy, `SELECT `+policyColumns+` FROM approval_policies WHERE NOT disabled ORDER BY seq`)
 }

@@ -86,9 +86,9 @@ func (c *inProcessConn) Invoke(ctx context.Context, method string, args, reply a
 	if !ok || !ok2 {
 		return status.Errorf(codes.Internal, "in-process call %s: %T and %T are not protobuf messages", method, args, reply)
 	}
-	// REST callers know fields by their JSON names; the server chain checks
-	// again (proto names) and finds nothing more. Before the client span,
-	// as the gateway's client interceptor did it.
+	// REST callers know fields by their JSON names, so the check runs here
+	// (with those names) and the server chain skips it (textChecked).
+	// Before the client span, as the gateway's client interceptor did it.
 	if err := checkText(req, true); err != nil {
 		return toStatus(ctx, c.log, err)
 	}
@@ -114,7 +114,7 @@ func (c *inProcessConn) Invoke(ctx context.Context, method string, args, reply a
 	}
 	defer leave()
 	// The caller's outgoing metadata (the gateway's: authorization, the
-	// forwarded headers, the propagated trace) becomes the handler's
+	// request id, the propagated trace) becomes the handler's
 	// incoming metadata; nothing of it stays outgoing, so a handler cannot
 	// pass the caller's token on by accident.
 	md, _ := metadata.FromOutgoingContext(sctx)
@@ -124,9 +124,7 @@ func (c *inProcessConn) Invoke(ctx context.Context, method string, args, reply a
 		sctx = c.serverStats.TagRPC(sctx, &stats.RPCTagInfo{FullMethodName: method})
 		c.serverStats.HandleRPC(sctx, &stats.Begin{BeginTime: serverBegin})
 	}
-	// checkText ran above (with the JSON names REST callers know), so
-	// unaryChain need not walk the request again.
-	stream := &inProcessStream{method: method, textChecked: true}
+	stream := &inProcessStream{method: method}
 	sctx = grpc.NewContextWithServerTransportStream(sctx, stream)
 
 	dec := func(v any) error {
@@ -174,8 +172,7 @@ func (c *inProcessConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, me
 // inProcessStream is the grpc.ServerTransportStream of an in-process call:
 // it collects the header and trailer the handler and interceptors set.
 type inProcessStream struct {
-	method      string
-	textChecked bool
+	method string
 
 	mu              sync.Mutex
 	header, trailer metadata.MD

@@ -96,11 +96,11 @@ func (s *Server) unaryChain(ctx context.Context, req any, info *grpc.UnaryServer
 	return resp, c.status(ctx, c.s.classify(err))
 }
 
-// textChecked: an in-process call whose request passed checkText before
-// it entered the chain.
+// textChecked: an in-process call, whose request passed checkText before
+// it entered the chain (inProcessConn.Invoke).
 func textChecked(ctx context.Context) bool {
-	st, ok := grpc.ServerTransportStreamFromContext(ctx).(*inProcessStream)
-	return ok && st.textChecked
+	_, ok := grpc.ServerTransportStreamFromContext(ctx).(*inProcessStream)
+	return ok
 }
 
 // call is one RPC on its way through the interceptors.

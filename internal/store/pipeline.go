@@ -30,7 +30,8 @@ type stmt struct {
 	args []any
 	// member is the group member that queued it (0 outside groups).
 	member int
-	// savepoint marks a member's SAVEPOINT (sent tells that it ran).
+	// savepoint marks a member's SAVEPOINT (Tx.savepointSent tells that
+	// the running member's went out).
 	savepoint bool
 	// mapErr turns the statement's error into the caller's (nil: as is).
 	mapErr func(error) error
@@ -152,10 +153,10 @@ func (t *Tx) send(ctx context.Context, sql string, args []any) (pgx.BatchResults
 	if hasQueryOptions(args) {
 		return nil, t.flush(ctx)
 	}
-	b, n := t.batch()
+	b, sent := t.batch()
 	b.Queue(sql, args...)
 	br := t.conn.SendBatch(ctx, b)
-	if err := t.readQueued(br, n); err != nil {
+	if err := t.readQueued(br, sent); err != nil {
 		_ = br.Close()
 		return nil, err
 	}
@@ -167,9 +168,9 @@ func (t *Tx) flush(ctx context.Context) error {
 	if t.begin == "" && len(t.queued) == 0 {
 		return nil
 	}
-	b, n := t.batch()
+	b, sent := t.batch()
 	br := t.conn.SendBatch(ctx, b)
-	err := t.readQueued(br, n)
+	err := t.readQueued(br, sent)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
@@ -177,7 +178,7 @@ func (t *Tx) flush(ctx context.Context) error {
 }
 
 // batch starts a pipeline with BEGIN (when not sent) and the queue, which
-// it empties; n is how many queued results come first.
+// it empties, and returns what it put in: their results come first.
 func (t *Tx) batch() (*pgx.Batch, []stmt) {
 	b := &pgx.Batch{}
 	var sent []stmt
@@ -231,7 +232,7 @@ func hasQueryOptions(args []any) bool {
 // commit sends the queue with COMMIT. A transaction that never sent
 // anything has nothing to commit.
 func (t *Tx) commit(ctx context.Context) error {
-	if !t.started && t.begin != "" && len(t.queued) == 0 {
+	if t.begin != "" && len(t.queued) == 0 { // BEGIN not sent yet: nothing ran
 		t.begin = ""
 		return nil
 	}

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgerrcode"
@@ -88,7 +89,7 @@ func TestGroupTxDeferredFailureBelongsToItsMember(t *testing.T) {
 	if bRuns != 2 {
 		t.Errorf("member b ran %d times, want 2 (once more after a's failure surfaced in its round trip)", bRuns)
 	}
-	if got, want := rows(ctx, ""), "[b1 blocker c1 taken]"; fmtList(got) != want {
+	if got, want := rows(ctx, ""), "[b1 blocker c1 taken]"; fmt.Sprint(got) != want {
 		t.Errorf("rows %v, want %s (a's own insert rolled back with its failed deferred write)", got, want)
 	}
 }
@@ -111,7 +112,7 @@ func TestGroupTxLastMembersDeferredFailure(t *testing.T) {
 	if got[0] != nil || !isUniqueViolation(got[1]) {
 		t.Errorf("answers %v, want a to succeed and b to get its unique violation", got)
 	}
-	if got, want := rows(ctx, ""), "[a1 blocker taken]"; fmtList(got) != want {
+	if got, want := rows(ctx, ""), "[a1 blocker taken]"; fmt.Sprint(got) != want {
 		t.Errorf("rows %v, want %s", got, want)
 	}
 }
@@ -135,7 +136,7 @@ func TestGroupTxMemberFailingBeforeItsFirstStatementKeepsEarlierWork(t *testing.
 	if got[0] != nil || !errors.Is(got[1], refused) || got[2] != nil || !errors.Is(got[3], refused) {
 		t.Errorf("answers %v, want nil, refused, nil, refused", got)
 	}
-	if got, want := rows(ctx, ""), "[a1 blocker c1]"; fmtList(got) != want {
+	if got, want := rows(ctx, ""), "[a1 blocker c1]"; fmt.Sprint(got) != want {
 		t.Errorf("rows %v, want %s", got, want)
 	}
 }
@@ -156,7 +157,7 @@ func TestInTxDeferredFailureFailsTheCommit(t *testing.T) {
 	if !isUniqueViolation(err) {
 		t.Fatalf("InTx: %v, want the deferred write's unique violation", err)
 	}
-	if got := rows(ctx, ""); fmtList(got) != "[taken]" {
+	if got := rows(ctx, ""); fmt.Sprint(got) != "[taken]" {
 		t.Errorf("rows %v, want only [taken]", got)
 	}
 	// Deferred writes alone are sent with BEGIN and COMMIT in one round
@@ -176,15 +177,4 @@ func TestInTxDeferredFailureFailsTheCommit(t *testing.T) {
 	if err := db.InTx(ctx, store.TxOptions{}, func(context.Context, *store.Tx) error { return nil }); err != nil {
 		t.Errorf("empty transaction: %v", err)
 	}
-}
-
-func fmtList(s []string) string {
-	out := "["
-	for i, v := range s {
-		if i > 0 {
-			out += " "
-		}
-		out += v
-	}
-	return out + "]"
 }

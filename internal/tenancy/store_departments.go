@@ -36,10 +36,7 @@ func GetDepartment(ctx context.Context, q store.Querier, id string, lock bool) (
 // commit.
 func Budget(ctx context.Context, q store.Querier, dept string, lock bool) (quota.Resources, error) {
 	return store.GetOne(ctx, q, `SELECT gpu_centi, cpu_millis, memory_bytes FROM departments WHERE id = $1`, lock,
-		func(row pgx.Row) (quota.Resources, error) {
-			var r quota.Resources
-			return r, row.Scan(&r.GPU, &r.CPUMillis, &r.MemoryBytes)
-		}, errs.NotFound(names.Department(dept)), dept)
+		scanBudget, errs.NotFound(names.Department(dept)), dept)
 }
 
 // LockDepartment locks the department row and returns its budget. The lock

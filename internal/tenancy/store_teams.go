@@ -81,9 +81,9 @@ func insertTeamError(err error, t Team) error {
 // (PostgreSQL's default name).
 const departmentConstraint = "teams_department_id_fkey"
 
-// updateTeamDeferred is updateTeam for a team the transaction has locked
-// (cur as read): next is stored as given, with the next version, and the
-// write deferred (store.Tx.ExecDeferred).
+// updateTeamDeferred stores a team the transaction has locked (cur as
+// read): next is stored as given, with the next version, and the write
+// deferred (store.Tx.ExecDeferred).
 func updateTeamDeferred(tx *store.Tx, cur, next Team) Team {
 	next.Version, next.Updated = cur.Version+1, store.Now()
 	next.AutoSleepAfter = next.AutoSleepAfter.Truncate(time.Second) // stored in seconds

@@ -167,7 +167,7 @@ func (d *Deliverer) dispatchLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-wake:
-			if !events.Pace(ctx, started, events.DefaultMinInterval) {
+			if !events.Pace(ctx, started, events.MinPassInterval) {
 				return
 			}
 		case <-poll.C:
