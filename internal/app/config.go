@@ -82,14 +82,15 @@ type Config struct {
 	HostClusterConcurrency     int           `flag:"host-cluster-concurrency" help:"most virtual clusters of one host cluster a worker reconciles at once (0: all of --worker-concurrency with one host cluster, half with more), so a slow or unreachable host cluster never blocks the others"`
 	HostClusterProbeInterval   time.Duration `flag:"host-cluster-probe-interval" help:"how often the worker probes every host cluster (health, Kubernetes and KAI versions, capacity per node pool)"`
 	HostClusterTimeout         time.Duration `flag:"host-cluster-timeout" help:"longest a single request to a host cluster's API server may take"`
-	// HostClusterQPS and HostClusterBurst are the worker's client-side rate
-	// limit towards each host cluster's API server (client-go's token
-	// bucket). The worker reads from watch caches, so the limit is met only
+	// HostClusterQPS and HostClusterBurst are the client-side rate limit of
+	// each of the worker's API clients of a host cluster (client-go's token
+	// bucket, one per client: typed, dynamic, metadata, Helm's, the watch
+	// caches'). The worker reads from watch caches, so the limit is met only
 	// by bursts of writes (many approvals at once, the full apply after a
 	// restart); the API server's own priority and fairness protects it
 	// beyond that.
-	HostClusterQPS   float64 `flag:"host-cluster-qps" help:"requests per second the worker may send to each host cluster's API server (client-side rate limit; negative: none)"`
-	HostClusterBurst int     `flag:"host-cluster-burst" help:"requests the worker may send to one host cluster at once above --host-cluster-qps"`
+	HostClusterQPS   float64 `flag:"host-cluster-qps" help:"requests per second each of the worker's API clients of a host cluster may send (client-side rate limit, one per client; negative: none)"`
+	HostClusterBurst int     `flag:"host-cluster-burst" help:"requests one of the worker's API clients of a host cluster may send at once above --host-cluster-qps"`
 
 	KAINodePoolLabel string `flag:"kai-node-pool-label" help:"KAI's node-pool label key (its global.nodePoolLabelKey): every gpuplane node pool becomes a KAI node pool, so fair share stays inside each pool; empty: one KAI scheduler for all pools"`
 

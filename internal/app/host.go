@@ -81,8 +81,8 @@ func hostOptions(cfg Config, log *slog.Logger, tp trace.TracerProvider) (hostclu
 	return hostcluster.Options{Settings: settings, Logger: log, TracerProvider: tp}, nil
 }
 
-// Default client-side rate limit of the worker towards each host cluster
-// (--host-cluster-qps, --host-cluster-burst). Reads come from watch caches
+// Default client-side rate limit of each of the worker's API clients of a
+// host cluster (--host-cluster-qps, --host-cluster-burst). Reads come from watch caches
 // (hostcluster's cache.go), so a resync of unchanged virtual clusters sends
 // almost nothing; what the limit meets are writes: about 20 requests per
 // new virtual cluster, most of them Helm's install of the chart. 200/s with

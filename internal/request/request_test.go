@@ -75,7 +75,7 @@ func (f *fixture) create(p request.Payload) (request.Request, error) {
 }
 
 func (f *fixture) approve(r request.Request) (request.Request, error) {
-	return f.svc.Decide(f.ctx, r, "", func(ctx context.Context, tx *store.Tx, r *request.Request) error {
+	return f.svc.Decide(f.ctx, r, "", true, func(ctx context.Context, tx *store.Tx, r *request.Request) error {
 		return f.svc.Approve(ctx, tx, r, alice, true, "ok")
 	})
 }
@@ -201,14 +201,14 @@ func TestRejectAndCancel(t *testing.T) {
 	f := newFixture(t)
 	r, err := f.create(createVC("x", 1, nil))
 	f.must(err)
-	r, err = f.svc.Decide(f.ctx, r, "", func(ctx context.Context, tx *store.Tx, r *request.Request) error {
+	r, err = f.svc.Decide(f.ctx, r, "", false, func(ctx context.Context, tx *store.Tx, r *request.Request) error {
 		return f.svc.Reject(ctx, tx, r, alice, true, "no")
 	})
 	f.must(err)
 	if vc, _ := virtualcluster.Get(f.ctx, f.db, "x", false); r.State != request.StateRejected || vc.Phase != virtualcluster.PhaseRejected {
 		t.Fatalf("after reject: %s, virtual cluster %s", r.State, vc.Phase)
 	}
-	_, err = f.svc.Decide(f.ctx, r, "", func(ctx context.Context, tx *store.Tx, r *request.Request) error {
+	_, err = f.svc.Decide(f.ctx, r, "", false, func(ctx context.Context, tx *store.Tx, r *request.Request) error {
 		return f.svc.Cancel(ctx, tx, r, bob)
 	})
 	if e, ok := errs.As(err); !ok || e.Reason != errs.ReasonInvalidTransition {
@@ -217,7 +217,7 @@ func TestRejectAndCancel(t *testing.T) {
 	// A stale etag is refused before anything changes.
 	r2, err := f.create(createVC("x", 1, nil)) // the rejected name is free again
 	f.must(err)
-	_, err = f.svc.Decide(f.ctx, r2, "stale", func(context.Context, *store.Tx, *request.Request) error { return nil })
+	_, err = f.svc.Decide(f.ctx, r2, "stale", false, func(context.Context, *store.Tx, *request.Request) error { return nil })
 	if errs.KindOf(err) != errs.KindAborted {
 		t.Fatalf("stale etag: %v", err)
 	}

@@ -119,10 +119,12 @@ func (s *Service) Create(ctx context.Context, tx *store.Tx, actor reqctx.Princip
 // transaction: its id, department, team and virtual cluster, which never
 // change) in a transaction (grouped with the department's other changes,
 // tenancy.DepartmentGroup): it locks the department, then the request,
-// checks etag and calls apply. For a new virtual cluster it also reads,
-// in the same round trip and lock order, what an approval needs (lockedRows:
-// the team, the virtual cluster, what the team holds, the host clusters).
-func (s *Service) Decide(ctx context.Context, seen Request, etag string, apply func(ctx context.Context, tx *store.Tx, r *Request) error) (Request, error) {
+// checks etag and calls apply. When approving a new virtual cluster it
+// also reads, in the same round trip and lock order, what the approval
+// needs (lockedRows: the team, the virtual cluster, what the team holds,
+// the host clusters); a rejection or cancellation needs none of it, nor
+// the team's lock.
+func (s *Service) Decide(ctx context.Context, seen Request, etag string, approving bool, apply func(ctx context.Context, tx *store.Tx, r *Request) error) (Request, error) {
 	var out Request
 	err := s.db.InGroupTx(ctx, tenancy.DepartmentGroup(seen.Department), func(ctx context.Context, tx *store.Tx) error {
 		var b store.Batch
@@ -131,7 +133,7 @@ func (s *Service) Decide(ctx context.Context, seen Request, etag string, apply f
 		tenancy.QueueLockDepartment(&b, &budget, seen.Department)
 		QueueGet(&b, &cur, seen.ID, true)
 		var l *lockedRows
-		if seen.Kind == KindCreateVirtualCluster && seen.VirtualCluster != nil {
+		if approving && seen.Kind == KindCreateVirtualCluster && seen.VirtualCluster != nil {
 			l = &lockedRows{}
 			tenancy.QueueGetTeam(&b, &l.team, seen.Team, true)
 			virtualcluster.QueueGet(&b, &l.vc, *seen.VirtualCluster, true)

@@ -342,8 +342,9 @@ func (s *Requests) ListRequests(ctx context.Context, req *pb.ListRequestsRequest
 }
 
 // decide authorizes a decision on the named request and runs apply on it
-// (locked, etag checked) in one transaction.
-func (s *Requests) decide(ctx context.Context, name, etag string, authorize func(*identity.Access, request.Request) error,
+// (locked, etag checked) in one transaction; approving as for
+// request.Service.Decide.
+func (s *Requests) decide(ctx context.Context, name, etag string, approving bool, authorize func(*identity.Access, request.Request) error,
 	apply func(ctx context.Context, tx *store.Tx, a *identity.Access, r *request.Request) error) (*pb.Request, error) {
 	a, r, err := s.accessAndRequest(ctx, name)
 	if err != nil {
@@ -352,7 +353,7 @@ func (s *Requests) decide(ctx context.Context, name, etag string, authorize func
 	if err := authorize(a, r); err != nil {
 		return nil, err
 	}
-	out, err := s.requests.Decide(ctx, r, etag, func(ctx context.Context, tx *store.Tx, r *request.Request) error {
+	out, err := s.requests.Decide(ctx, r, etag, approving, func(ctx context.Context, tx *store.Tx, r *request.Request) error {
 		return apply(ctx, tx, a, r)
 	})
 	if err != nil {
@@ -375,7 +376,7 @@ func (s *Requests) ApproveRequest(ctx context.Context, req *pb.ApproveRequestReq
 	if len(req.GetReason()) > 4096 {
 		return nil, errs.InvalidField("reason", "must be at most 4096 characters")
 	}
-	return s.decide(ctx, req.GetName(), req.GetEtag(), mayDecide("approve"),
+	return s.decide(ctx, req.GetName(), req.GetEtag(), true, mayDecide("approve"),
 		func(ctx context.Context, tx *store.Tx, a *identity.Access, r *request.Request) error {
 			return s.requests.Approve(ctx, tx, r, a.Principal, a.PlatformAdmin, req.GetReason())
 		})
@@ -386,7 +387,7 @@ func (s *Requests) RejectRequest(ctx context.Context, req *pb.RejectRequestReque
 	if len(req.GetReason()) > 4096 {
 		return nil, errs.InvalidField("reason", "must be at most 4096 characters")
 	}
-	return s.decide(ctx, req.GetName(), req.GetEtag(), mayDecide("reject"),
+	return s.decide(ctx, req.GetName(), req.GetEtag(), false, mayDecide("reject"),
 		func(ctx context.Context, tx *store.Tx, a *identity.Access, r *request.Request) error {
 			return s.requests.Reject(ctx, tx, r, a.Principal, a.PlatformAdmin, req.GetReason())
 		})
@@ -394,7 +395,7 @@ func (s *Requests) RejectRequest(ctx context.Context, req *pb.RejectRequestReque
 
 // CancelRequest implements pb.RequestServiceServer.
 func (s *Requests) CancelRequest(ctx context.Context, req *pb.CancelRequestRequest) (*pb.Request, error) {
-	return s.decide(ctx, req.GetName(), req.GetEtag(),
+	return s.decide(ctx, req.GetName(), req.GetEtag(), false,
 		func(a *identity.Access, r request.Request) error {
 			if r.Requester != a.Principal.Subject {
 				return errs.PermissionDenied("only the requester can cancel %s", req.GetName())
