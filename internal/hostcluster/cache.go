@@ -370,14 +370,13 @@ func (c *Client) startCaches() (*hostCaches, error) {
 	}
 	hc.byGVR[namespacesGVR] = metaOnly(namespacesGVR, selectManaged)
 	hc.byGVR[QueueGVR] = full(QueueGVR, selectManaged)
-	// Only the admission kinds the server serves: a watch of one it does
-	// not (MutatingAdmissionPolicy before Kubernetes 1.36) would fail every
-	// read of it.
-	mutating, err := c.MutatingAdmissionPolicySupported()
-	if err != nil {
-		return nil, err
-	}
-	for _, kind := range guardrailKinds(mutating) {
+	// Every admission kind, whether the server serves it or not: knowing
+	// takes discovery, which must not run here (under cacheMu; in an outage
+	// it failed every start of the caches, and the host outage test's
+	// recovery with it). On a server without MutatingAdmissionPolicy its
+	// two watches keep failing and nothing reads them: reads go through
+	// guardrailKinds(MutatingAdmissionPolicySupported()).
+	for _, kind := range guardrailKinds(true) {
 		if kind == vapKind {
 			hc.byGVR[admissionGVR(kind)] = full(admissionGVR(kind), selectManaged) // status: type-check warnings
 		} else {
