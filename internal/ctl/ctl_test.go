@@ -767,11 +767,14 @@ func TestRequestWaitAndKubeconfig(t *testing.T) {
 }
 
 // TestGetWatch: get --watch prints the current state, then each change as
-// it happens, until interrupted.
+// it happens, until interrupted (here: once the change was printed, or
+// after 30 s; a fixed 3 s ran out on a loaded machine before the first
+// answer).
 func TestGetWatch(t *testing.T) {
 	h := newHarness(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	created := regexp.MustCompile(`(?m)^request\.created\s+\S+\s+team-a\s+create-vcluster\s+watched\s`)
 	go func() {
 		time.Sleep(500 * time.Millisecond)
 		if _, err := h.e.Requests.CreateRequest(h.e.As(t, "bob"), &pb.CreateRequestRequest{Request: &pb.Request{
@@ -782,9 +785,10 @@ func TestGetWatch(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	var out, errb bytes.Buffer
+	out := &interruptOnMatch{re: created, interrupt: cancel}
+	var errb bytes.Buffer
 	opts := h.opts
-	opts.Stdout, opts.Stderr, opts.Stdin = &out, &errb, strings.NewReader("")
+	opts.Stdout, opts.Stderr, opts.Stdin = out, &errb, strings.NewReader("")
 	opts.Getenv = func(k string) string { return h.env[k] }
 	code := ctl.Run(ctx, []string{"--server", h.e.App.GRPCAddr(), "--config", h.config, "--token", h.e.Token(t, "carol"),
 		"get", "requests", "--team", "team-a", "--watch"}, opts)
@@ -792,11 +796,36 @@ func TestGetWatch(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	if !regexp.MustCompile(`(?m)^EVENT\s+`).MatchString(out.String()) ||
-		!regexp.MustCompile(`(?m)^request\.created\s+\S+\s+team-a\s+create-vcluster\s+watched\s`).MatchString(out.String()) {
+		!created.MatchString(out.String()) {
 		t.Errorf("get requests --watch:\n%s", out.String())
 	}
 	r := h.as("carol", "get", "teams", "--watch")
 	if r.code != ctl.ExitUsage || !strings.Contains(r.stderr, "--watch works for virtualclusters and requests") {
 		t.Errorf("get teams --watch: exit %d %q", r.code, r.stderr)
 	}
+}
+
+// interruptOnMatch is a command's output that interrupts it (as Ctrl-C
+// would) once what was written matches re.
+type interruptOnMatch struct {
+	mu        sync.Mutex
+	buf       bytes.Buffer
+	re        *regexp.Regexp
+	interrupt func()
+}
+
+func (w *interruptOnMatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.buf.Write(p)
+	if w.re.Match(w.buf.Bytes()) {
+		w.interrupt()
+	}
+	return n, err
+}
+
+func (w *interruptOnMatch) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }
