@@ -440,6 +440,38 @@ func (c *Client) Close() {
 	}
 }
 
+// restartCachesIfCutOff drops watch caches that lost the API server (a
+// list or watch of theirs failed unreachable) now that it answers again:
+// the next read starts them afresh and lists at once, where their
+// reflectors would wait out a backoff of up to a minute first (the worker
+// would keep the host's virtual clusters waiting as long). The probe of
+// the host cluster calls it once it reached the API server.
+func (c *Client) restartCachesIfCutOff() {
+	c.cacheMu.Lock()
+	hc := c.cache
+	if hc == nil || !hc.cutOff() {
+		c.cacheMu.Unlock()
+		return
+	}
+	c.cache = nil
+	c.cacheMu.Unlock()
+	hc.cancel()
+	hc.done.Wait()
+}
+
+// cutOff reports whether a watch's last list or watch failed unreachable.
+func (hc *hostCaches) cutOff() bool {
+	for _, w := range hc.all() {
+		w.mu.Lock()
+		err := w.err
+		w.mu.Unlock()
+		if err != nil && Unreachable(err) {
+			return true
+		}
+	}
+	return false
+}
+
 // ready waits until w follows the server: its initial list is in and a
 // watch is open. It fails at once with a list or watch error (a missing
 // permission, an unreachable server), and after reconnectWait (or

@@ -71,6 +71,7 @@ func (c *Client) Probe(ctx context.Context) (Probe, error) {
 		return p, fmt.Errorf("hostcluster: read /version: %w", err)
 	}
 	p.KubernetesVersion = info.GitVersion
+	c.restartCachesIfCutOff()
 	res, err := disco.ServerResourcesForGroupVersion(QueueGVR.GroupVersion().String())
 	switch {
 	case err == nil:
