@@ -455,8 +455,10 @@ func (c *Client) restartCachesIfCutOff() {
 	}
 	c.cache = nil
 	c.cacheMu.Unlock()
+	// Stopped without waiting: a watch request still hanging on a dead
+	// connection would hold up the probe, and with it the news that the
+	// host cluster is back.
 	hc.cancel()
-	hc.done.Wait()
 }
 
 // cutOff reports whether a watch's last list or watch failed unreachable.
