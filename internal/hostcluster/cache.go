@@ -485,9 +485,17 @@ func (w *watched) ready(ctx context.Context) error {
 	}
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
+	// The informer closes its synced channel from a goroutine of its own,
+	// after the last event of the initial list was handed out: the last
+	// signal (that event, or the watch opening) can come before it. Without
+	// waiting for the channel as well, a read that saw the watch open a
+	// moment before the informer called itself synced slept until the
+	// deadline whenever nothing else changed (an empty list, say).
+	synced := w.informer.HasSyncedChecker().Done()
 	for {
 		w.mu.Lock()
-		ok, err, changed := w.watching && w.informer.HasSynced(), w.err, w.changed
+		isSynced := w.informer.HasSynced()
+		ok, err, changed := w.watching && isSynced, w.err, w.changed
 		w.mu.Unlock()
 		switch {
 		case ok:
@@ -495,8 +503,13 @@ func (w *watched) ready(ctx context.Context) error {
 		case err != nil:
 			return fmt.Errorf("hostcluster: watch of %s: %w", w.what, err)
 		}
+		var syncing <-chan struct{}
+		if !isSynced {
+			syncing = synced
+		}
 		select {
 		case <-changed:
+		case <-syncing:
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-deadline.C:

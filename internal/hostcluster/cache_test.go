@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 )
 
 // slowBody delays every read of a watch response, as a slow network
@@ -102,5 +103,53 @@ func TestALateWatchEndKeepsTheCacheFresh(t *testing.T) {
 	w.ended(second)
 	if w.watching {
 		t.Fatal("the end of the open watch left the cache marked fresh")
+	}
+}
+
+// lateSyncInformer is an informer that calls itself synced when its test
+// says so, without an event: as client-go's does, from a goroutine of its
+// own after the initial list's last event was handed out.
+type lateSyncInformer struct {
+	cache.SharedIndexInformer // nil: only the methods below are called
+	synced                    chan struct{}
+}
+
+func (l *lateSyncInformer) HasSynced() bool {
+	select {
+	case <-l.synced:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l *lateSyncInformer) HasSyncedChecker() cache.DoneChecker { return l }
+func (l *lateSyncInformer) Name() string                        { return "late" }
+func (l *lateSyncInformer) Done() <-chan struct{}               { return l.synced }
+
+// A read waiting for a cache whose watch is open must return as soon as
+// the informer is synced, even when no event or watch change follows (a
+// resource with no objects): in CI such reads waited out the one-minute
+// deadline and failed the Apply.
+func TestReadyWhenSyncedAfterTheLastSignal(t *testing.T) {
+	w := newWatched("things")
+	inf := &lateSyncInformer{synced: make(chan struct{})}
+	w.informer = inf
+	w.opened() // the last signal: the watch is open, the informer not yet synced
+	done := make(chan error, 1)
+	go func() { done <- w.ready(t.Context()) }()
+	select {
+	case err := <-done:
+		t.Fatalf("ready before the informer synced: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(inf.synced)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ready still waiting 10s after the informer synced")
 	}
 }
