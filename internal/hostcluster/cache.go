@@ -682,7 +682,21 @@ func (c *Client) Sync(ctx context.Context) error {
 	if hc == nil {
 		return nil
 	}
+	mutating, err := c.MutatingAdmissionPolicySupported()
+	if err != nil {
+		return err
+	}
+	// The watches of kinds the server does not serve keep failing; nothing
+	// reads them, so there is nothing to catch up with.
+	unserved := map[*watched]bool{}
+	if !mutating {
+		unserved[hc.byGVR[admissionGVR(mapKind)]] = true
+		unserved[hc.byGVR[admissionGVR(mapbKind)]] = true
+	}
 	for _, w := range hc.all() {
+		if unserved[w] {
+			continue
+		}
 		if err := w.syncNow(ctx); err != nil {
 			return err
 		}

@@ -632,6 +632,7 @@ func TestGuardrailsWithoutMutatingAdmissionPolicy(t *testing.T) {
 	if _, err := h.createPod(vc, gpus("1"), kai, queueLabel(LeafQueueName(vc.Name))); err != nil {
 		t.Errorf("labelled KAI pod: %v", err)
 	}
+	h.sync() // the mutating kinds' watches fail here; Sync must not wait for them
 	o, err := h.client.Observe(h.ctx, vc)
 	if err != nil || !o.GuardrailsPresent {
 		t.Errorf("guardrails present %v (%v)", o.GuardrailsPresent, err)
