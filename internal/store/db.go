@@ -23,7 +23,8 @@ type Querier interface {
 type DB struct {
 	pool    *pgxpool.Pool
 	commits *CommitSignal
-	groups  groups // InGroupTx
+	groups  groups      // InGroupTx
+	shared  sharedReads // SendShared
 }
 
 // DBOption configures New.

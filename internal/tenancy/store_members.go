@@ -102,28 +102,40 @@ const grantsSQL = `
 
 // GetTeamWithGrants is GetTeam (without lock) and GrantsOf in one
 // statement: one round trip for the read every team-scoped call starts
-// with. A missing team is NOT_FOUND and loads no grants.
-func GetTeamWithGrants(ctx context.Context, q store.Querier, id, username string, groups []string) (Team, []Grant, error) {
+// with, shared with concurrent callers' reads (store.DB.SendShared). A
+// missing team is NOT_FOUND and loads no grants.
+func GetTeamWithGrants(ctx context.Context, db *store.DB, id, username string, groups []string) (Team, []Grant, error) {
+	var b store.Batch
+	var t Team
+	var grants []Grant
+	QueueTeamWithGrants(&b, &t, &grants, id, username, groups)
+	err := db.SendShared(ctx, &b)
+	return t, grants, err
+}
+
+// QueueTeamWithGrants is GetTeamWithGrants, queued in b.
+func QueueTeamWithGrants(b *store.Batch, t *Team, grants *[]Grant, id, username string, groups []string) {
 	if groups == nil {
 		groups = []string{}
 	}
-	var grants struct{ teams, departments, roles, members []string }
-	t, err := store.GetOne(ctx, q, grantsSQL+`
+	store.QueueOne(b, t, grantsSQL+`
 		SELECT `+teamColumns+`,
 		       ARRAY(SELECT team_id FROM grants), ARRAY(SELECT department_id FROM grants),
 		       ARRAY(SELECT role FROM grants), ARRAY(SELECT member_id FROM grants)
 		  FROM teams WHERE id = $3`, false,
 		func(row pgx.Row) (Team, error) {
-			return scanTeamWith(row, &grants.teams, &grants.departments, &grants.roles, &grants.members)
+			var g struct{ teams, departments, roles, members []string }
+			team, err := scanTeamWith(row, &g.teams, &g.departments, &g.roles, &g.members)
+			if err != nil {
+				return team, err
+			}
+			out := make([]Grant, len(g.teams))
+			for i := range out {
+				out[i] = Grant{Team: g.teams[i], Department: g.departments[i], Role: Role(g.roles[i]), Member: g.members[i]}
+			}
+			*grants = out
+			return team, nil
 		}, errs.NotFound(names.Team(id)), username, groups, id)
-	if err != nil {
-		return t, nil, err
-	}
-	out := make([]Grant, len(grants.teams))
-	for i := range out {
-		out[i] = Grant{Team: grants.teams[i], Department: grants.departments[i], Role: Role(grants.roles[i]), Member: grants.members[i]}
-	}
-	return t, out, nil
 }
 
 // QueueGrantsOf is GrantsOf, queued in b (store.DB.Send).

@@ -95,7 +95,7 @@ func (s *API) readableTeamWith(ctx context.Context, field, name string, more fun
 	tenancy.QueueGrantsOf(&b, &grants, p.Username, p.Groups)
 	tenancy.QueueGetTeam(&b, &t, id, false)
 	more(&b)
-	if err := s.db.Send(ctx, &b); err != nil {
+	if err := s.db.SendShared(ctx, &b); err != nil {
 		return t, nil, err
 	}
 	return s.teamAccess(name, t, p, grants)

@@ -314,7 +314,7 @@ func (s *Requests) accessAndRequest(ctx context.Context, name string) (*identity
 	var r request.Request
 	tenancy.QueueGrantsOf(&b, &grants, p.Username, p.Groups)
 	request.QueueGet(&b, &r, id, false)
-	if err := s.db.Send(ctx, &b); err != nil {
+	if err := s.db.SendShared(ctx, &b); err != nil {
 		return nil, r, err
 	}
 	a := s.accessFrom(p, grants)
