@@ -140,7 +140,7 @@ func (db *DB) sendCalls(ctx context.Context, calls []*sharedCall) {
 			resend = append(resend, c)
 			continue
 		}
-		c.err, broken = readShared(br, c.b)
+		broken, c.err = readShared(br, c.b)
 		close(c.done)
 	}
 	// Every call that counts was answered or is sent again; an error
@@ -152,23 +152,23 @@ func (db *DB) sendCalls(ctx context.Context, calls []*sharedCall) {
 	}
 }
 
-// readShared reads one call's results from a shared pipeline: the call's
-// first error, and whether the server (or the connection) failed, which
-// leaves the rest of the pipeline unanswered.
-func readShared(br pgx.BatchResults, b *Batch) (err error, broken bool) {
+// readShared reads one call's results from a shared pipeline: whether the
+// server (or the connection) failed, which leaves the rest of the pipeline
+// unanswered, and the call's first error.
+func readShared(br pgx.BatchResults, b *Batch) (broken bool, err error) {
 	for _, it := range b.items {
 		rows, qerr := br.Query()
 		if qerr != nil {
-			return qerr, true
+			return true, qerr
 		}
 		rerr := it.rows(rows)
 		rows.Close()
 		if serr := rows.Err(); serr != nil {
-			return serr, true
+			return true, serr
 		}
 		if rerr != nil && err == nil {
 			err = rerr
 		}
 	}
-	return err, false
+	return false, err
 }
