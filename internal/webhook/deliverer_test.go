@@ -1,20 +1,25 @@
 package webhook_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/gpuplane/gpuplane/internal/audit"
 	"github.com/gpuplane/gpuplane/internal/events"
@@ -228,5 +233,106 @@ func TestDelivererKilledMidDelivery(t *testing.T) {
 	}
 	if len(ids) != len(resources) {
 		t.Errorf("%d distinct events, want %d: %v", len(ids), len(resources), got)
+	}
+}
+
+// TestDispatchWithoutSubscriptionsDoesNothing: an installation without
+// webhook subscriptions pays nothing for the dispatcher (no transaction, so
+// the dispatch row is neither locked nor written), and a subscription
+// created later still gets exactly the events after its creation, with no
+// events reported lost although the ones before it fell out of retention
+// while the dispatcher's position stood still.
+func TestDispatchWithoutSubscriptionsDoesNothing(t *testing.T) {
+	dsn := storetest.New(t)
+	ctx := context.Background()
+	pool, err := store.Open(ctx, dsn, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	db := store.New(pool)
+	var logged bytes.Buffer
+	d := webhook.NewDeliverer(db, localPolicy(), events.NewWaker(), slog.New(slog.NewTextHandler(&logged, nil)), fastConfig())
+	dispatchRow := func() string {
+		t.Helper()
+		var row string
+		if err := pool.QueryRow(ctx, `SELECT xmin::text || '/' || xmax::text || '/' || last_position FROM webhook_dispatch`).Scan(&row); err != nil {
+			t.Fatal(err)
+		}
+		return row
+	}
+
+	before := dispatchRow()
+	writeEvents(t, db, "teams/a", "teams/b", "teams/a")
+	for range 3 {
+		if created, full, err := d.Dispatch(ctx); err != nil || created != 0 || full {
+			t.Fatalf("dispatch without subscriptions: created %d, full %v, err %v", created, full, err)
+		}
+	}
+	if after := dispatchRow(); after != before {
+		t.Fatalf("the dispatch row (xmin/xmax/position) went from %s to %s without any subscription", before, after)
+	}
+
+	// Retention removes the positions nobody was owed; then a subscription
+	// starts after the head (3) and two more team events happen.
+	pruneAll(t, db, 4)
+	var sub webhook.Subscription
+	if err := db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+		var err error
+		sub, err = webhook.Create(ctx, tx, reqctx.System("test"), "", webhook.Subscription{ID: "late", URL: "http://127.0.0.1:1/", EventTypes: []string{"team.*"}})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if sub.StartPosition != 3 {
+		t.Fatalf("subscription starts at %d, want 3 (the head at its creation)", sub.StartPosition)
+	}
+	writeEvents(t, db, "teams/c", "teams/a")
+	created, _, err := d.Dispatch(ctx)
+	if err != nil || created != 2 {
+		t.Fatalf("dispatch with the subscription: created %d, err %v; want the 2 events after its start", created, err)
+	}
+	rows, err := pool.Query(ctx, `SELECT position FROM webhook_deliveries WHERE subscription_id = 'late' ORDER BY position`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	positions, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Position 4 is the subscription's own creation, not a team event.
+	if fmt.Sprint(positions) != "[5 6]" {
+		t.Fatalf("deliveries at positions %v, want [5 6]", positions)
+	}
+	if strings.Contains(logged.String(), "fell out of retention") {
+		t.Fatalf("events before the only subscription's start were reported lost:\n%s", logged.String())
+	}
+	if created, _, err := d.Dispatch(ctx); err != nil || created != 0 {
+		t.Fatalf("second dispatch: created %d, err %v; want nothing new", created, err)
+	}
+}
+
+// pruneAll runs retention with a window of a nanosecond until the oldest
+// position kept is first.
+func pruneAll(t *testing.T, db *store.DB, first int64) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		events.NewSequencer(db, store.NewCommitSignal(), events.NewWaker(), nil, events.SequencerConfig{Retention: time.Nanosecond, PruneEvery: 10 * time.Millisecond, Poll: time.Hour}).Run(ctx)
+		close(done)
+	}()
+	defer func() { stop(); <-done }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, err := events.ReadBounds(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.First == first {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("retention did not run: %+v", b)
+		}
 	}
 }

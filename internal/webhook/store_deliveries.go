@@ -63,7 +63,19 @@ func scanDelivery(row pgx.Row) (Delivery, error) {
 // in one transaction (dispatchers of every process take turns on the
 // webhook_dispatch row). It returns how many deliveries it created and
 // whether it read a full batch.
+//
+// Events at or before every subscription's start are owed to nobody (a
+// subscription starts after the feed's head as of its creation, read
+// after the dispatch pass running then has ended: lockDispatchShared), so
+// the pass reads from there when the stored position lags behind. That is
+// what lets a pass without subscriptions do nothing at all: no
+// transaction, no row lock, no write and so no WAL flush, where it used to
+// move the position past every change of an installation that uses no
+// webhooks.
 func dispatch(ctx context.Context, db *store.DB, batch int, lost func(from, to int64)) (int, bool, error) {
+	if subs, err := targets(ctx, db); err != nil || len(subs) == 0 {
+		return 0, false, err
+	}
 	created, full := 0, false
 	err := db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
 		created, full = 0, false
@@ -72,22 +84,14 @@ func dispatch(ctx context.Context, db *store.DB, batch int, lost func(from, to i
 			return err
 		}
 		subs, err := targets(ctx, tx)
-		if err != nil {
-			return err
+		if err != nil || len(subs) == 0 {
+			return err // deleted since the check above: nobody to deliver to
 		}
-		if len(subs) == 0 {
-			// Nobody to deliver to: move past everything positioned
-			// without reading it. A subscription created later starts
-			// after the feed's head as of its creation, which waits for
-			// this pass (lockDispatchShared), so nothing skipped here is
-			// owed to it.
-			b, err := events.ReadBounds(ctx, tx)
-			if err != nil || b.Last <= last {
-				return err
-			}
-			_, err = tx.Exec(ctx, `UPDATE webhook_dispatch SET last_position = $1`, b.Last)
-			return err
+		floor := subs[0].start
+		for _, s := range subs[1:] {
+			floor = min(floor, s.start)
 		}
+		last = max(last, floor)
 		evs, err := events.Read(ctx, tx, last, batch)
 		if err != nil || len(evs) == 0 {
 			return err
