@@ -375,14 +375,8 @@ func (c *cli) waitPolling(ctx context.Context, api *client.Client, vcName, reqNa
 		cctx, ccancel := c.call(ctx)
 		got, err := api.VirtualClusters.GetVirtualCluster(cctx, &pb.GetVirtualClusterRequest{Name: vcName})
 		ccancel()
-		if err != nil {
-			// gRPC may report the overall deadline a moment before ctx does.
-			if dl, ok := ctx.Deadline(); ok && status.Code(err) == codes.DeadlineExceeded && time.Until(dl) < 100*time.Millisecond {
-				<-ctx.Done()
-			}
-			if ctx.Err() == nil {
-				return err
-			}
+		if err != nil && !waitEnded(ctx, err) {
+			return err
 		}
 		if err == nil {
 			if done, err := c.waitStep(ctx, api, got, reqName, p); done || err != nil {
@@ -395,6 +389,17 @@ func (c *cli) waitPolling(ctx context.Context, api *client.Client, vcName, reqNa
 		case <-time.After(w.poll):
 		}
 	}
+}
+
+// waitEnded says whether err is the wait's own deadline (ctx) ending a
+// call, so that the wait reports its timeout rather than a server that did
+// not answer. gRPC may report the deadline a moment before ctx does: then
+// it waits for ctx.
+func waitEnded(ctx context.Context, err error) bool {
+	if dl, ok := ctx.Deadline(); ok && status.Code(err) == codes.DeadlineExceeded && time.Until(dl) < 100*time.Millisecond {
+		<-ctx.Done()
+	}
+	return ctx.Err() != nil
 }
 
 // waitProgress is what a wait has shown so far.

@@ -27,6 +27,9 @@ func (c *cli) waitReady(ctx context.Context, api *client.Client, vcName, reqName
 			if status.Code(err) == codes.Unimplemented {
 				return c.waitPolling(ctx, api, vcName, reqName, w, p)
 			}
+			if waitEnded(ctx, err) {
+				break
+			}
 			return err
 		}
 		if ev.GetVirtualCluster().GetName() != vcName {
