@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gpuplane/gpuplane/internal/audit"
 	"github.com/gpuplane/gpuplane/internal/events"
@@ -63,6 +64,19 @@ func runDeliverer(dsn string) {
 		return
 	}
 	webhook.NewDeliverer(store.New(pool), localPolicy(), events.NewWaker(), nil, fastConfig()).Run(ctx)
+}
+
+// newDatabase is a migrated throwaway database: its DSN, a pool on it and
+// the store over that pool.
+func newDatabase(t *testing.T) (string, *pgxpool.Pool, *store.DB) {
+	t.Helper()
+	dsn := storetest.New(t)
+	pool, err := store.Open(context.Background(), dsn, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return dsn, pool, store.New(pool)
 }
 
 // writeEvents writes one event per resource in order, each in its own
@@ -147,14 +161,8 @@ func (s *sink) wait(t *testing.T, n int) []received {
 // killed process had delivered without recording it arrive twice: at
 // least once, not exactly once).
 func TestDelivererKilledMidDelivery(t *testing.T) {
-	dsn := storetest.New(t)
+	dsn, _, db := newDatabase(t)
 	ctx := context.Background()
-	pool, err := store.Open(ctx, dsn, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	db := store.New(pool)
 
 	release := make(chan struct{})
 	rcv := &sink{hold: release, holding: make(chan string, 1)}
@@ -243,14 +251,8 @@ func TestDelivererKilledMidDelivery(t *testing.T) {
 // events reported lost although the ones before it fell out of retention
 // while the dispatcher's position stood still.
 func TestDispatchWithoutSubscriptionsDoesNothing(t *testing.T) {
-	dsn := storetest.New(t)
+	_, pool, db := newDatabase(t)
 	ctx := context.Background()
-	pool, err := store.Open(ctx, dsn, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	db := store.New(pool)
 	var logged bytes.Buffer
 	d := webhook.NewDeliverer(db, localPolicy(), events.NewWaker(), slog.New(slog.NewTextHandler(&logged, nil)), fastConfig())
 	dispatchRow := func() string {
