@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/gpuplane/gpuplane/internal/audit"
 	"github.com/gpuplane/gpuplane/internal/events"
@@ -64,19 +63,6 @@ func runDeliverer(dsn string) {
 		return
 	}
 	webhook.NewDeliverer(store.New(pool), localPolicy(), events.NewWaker(), nil, fastConfig()).Run(ctx)
-}
-
-// newDatabase is a migrated throwaway database: its DSN, a pool on it and
-// the store over that pool.
-func newDatabase(t *testing.T) (string, *pgxpool.Pool, *store.DB) {
-	t.Helper()
-	dsn := storetest.New(t)
-	pool, err := store.Open(context.Background(), dsn, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return dsn, pool, store.New(pool)
 }
 
 // writeEvents writes one event per resource in order, each in its own
@@ -161,8 +147,14 @@ func (s *sink) wait(t *testing.T, n int) []received {
 // killed process had delivered without recording it arrive twice: at
 // least once, not exactly once).
 func TestDelivererKilledMidDelivery(t *testing.T) {
-	dsn, _, db := newDatabase(t)
+	dsn := storetest.New(t)
 	ctx := context.Background()
+	pool, err := store.Open(ctx, dsn, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	db := store.New(pool)
 
 	release := make(chan struct{})
 	rcv := &sink{hold: release, holding: make(chan string, 1)}
@@ -251,7 +243,8 @@ func TestDelivererKilledMidDelivery(t *testing.T) {
 // events reported lost although the ones before it fell out of retention
 // while the dispatcher's position stood still.
 func TestDispatchWithoutSubscriptionsDoesNothing(t *testing.T) {
-	_, pool, db := newDatabase(t)
+	pool := storetest.Pool(t)
+	db := store.New(pool)
 	ctx := context.Background()
 	var logged bytes.Buffer
 	d := webhook.NewDeliverer(db, localPolicy(), events.NewWaker(), slog.New(slog.NewTextHandler(&logged, nil)), fastConfig())

@@ -158,6 +158,14 @@ func targets(ctx context.Context, q store.Querier) ([]target, error) {
 	})
 }
 
+// anySubscription says whether a subscription exists (dispatch's cheap
+// check before it takes the dispatch row and reads targets).
+func anySubscription(ctx context.Context, q store.Querier) (bool, error) {
+	var exists bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_subscriptions)`).Scan(&exists)
+	return exists, err
+}
+
 // failed counts a failed delivery: the subscription backs off for
 // backoff(failures), and is disabled with reason once failures reaches
 // disableAfter (0: never). It reports the new count and whether this
