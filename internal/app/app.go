@@ -115,6 +115,7 @@ func New(ctx context.Context, cfg Config, opts Options) (_ *App, err error) {
 	a.db = a.feed.db
 	reg := newRegistry(a.db, a.log)
 	reg.MustRegister(stateCollectors(a.db, a.log)...)
+	reg.MustRegister(groupCommitCollectors(a.db)...)
 
 	caPEM := opts.OIDCCACert
 	if caPEM == nil && cfg.OIDCCAFile != "" {

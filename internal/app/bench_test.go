@@ -24,6 +24,10 @@ package app_test
 // operation numbers from one counter until b.N are done, each operation
 // timed on its own. Reported: ns/op (wall time / b.N, i.e. 1/throughput),
 // ops/s, and p50_ms / p99_ms of the per-request latencies at 16 clients.
+// Writes into one department also report, from the server's /metrics,
+// members/batch (changes per group-commit transaction) and trips/member
+// (round trips to PostgreSQL per change: a batch runs its members one after
+// the other under the department lock, so each trip is serial time).
 //
 // Sub-benchmarks whose names are not in the bar are diagnostics that split
 // the REST cost. Changes of one department share transactions (group
@@ -368,6 +372,22 @@ func startApp(b *testing.B) *appFixture {
 	}
 	wg.Wait()
 	return f
+}
+
+// groupShape runs fn (the timed clients) and reports how group commit
+// batched the changes it made, read off the server's /metrics:
+// members/batch (changes sharing one department lock and WAL flush) and
+// trips/member (round trips to PostgreSQL per change, the serial part of
+// its cost while the department is locked).
+func (f *appFixture) groupShape(b *testing.B, fn func()) {
+	b.Helper()
+	b0, m0, r0 := groupCounters(b, f.env)
+	fn()
+	b1, m1, r1 := groupCounters(b, f.env)
+	if b1 > b0 && m1 > m0 {
+		b.ReportMetric((m1-m0)/(b1-b0), "members/batch")
+		b.ReportMetric((r1-r0)/(m1-m0), "trips/member")
+	}
 }
 
 // do sends one REST call as alice and decodes a 200 answer into out.
@@ -744,8 +764,10 @@ func BenchmarkCreate(b *testing.B) {
 	// one transaction (department lock, hierarchy fit, insert, audit).
 	b.Run("REST", func(b *testing.B) {
 		dept := f.freshDepartment(b)
-		runClients(b, f.meter, func(ctx context.Context, _, _ int) error {
-			return f.restCreateTeam(ctx, dept, fmt.Sprintf("rest-%d", seq.Add(1)))
+		f.groupShape(b, func() {
+			runClients(b, f.meter, func(ctx context.Context, _, _ int) error {
+				return f.restCreateTeam(ctx, dept, fmt.Sprintf("rest-%d", seq.Add(1)))
+			})
 		})
 	})
 
@@ -799,8 +821,10 @@ func BenchmarkCreate(b *testing.B) {
 	// p99 stay under 100 ms.
 	b.Run("REST_64clients", func(b *testing.B) {
 		dept := f.freshDepartment(b)
-		runNClients(b, 64, f.meter, func(ctx context.Context, _, _ int) error {
-			return f.restCreateTeam(ctx, dept, fmt.Sprintf("rest64-%d", seq.Add(1)))
+		f.groupShape(b, func() {
+			runNClients(b, 64, f.meter, func(ctx context.Context, _, _ int) error {
+				return f.restCreateTeam(ctx, dept, fmt.Sprintf("rest64-%d", seq.Add(1)))
+			})
 		})
 	})
 
@@ -808,9 +832,11 @@ func BenchmarkCreate(b *testing.B) {
 	// budget is checked and its lock taken for every create).
 	withQuota := f.departmentWithBudget(b, "bench-quota", &pb.Quota{Gpu: "0", MemoryBytes: 1 << 40})
 	b.Run("REST_withQuota", func(b *testing.B) {
-		runClients(b, f.meter, func(ctx context.Context, _, _ int) error {
-			id := fmt.Sprintf("rq-%d", seq.Add(1))
-			return f.doCreateTeam(ctx, withQuota, id, quotaBody{GPU: "0", MemoryBytes: 1 << 20})
+		f.groupShape(b, func() {
+			runClients(b, f.meter, func(ctx context.Context, _, _ int) error {
+				id := fmt.Sprintf("rq-%d", seq.Add(1))
+				return f.doCreateTeam(ctx, withQuota, id, quotaBody{GPU: "0", MemoryBytes: 1 << 20})
+			})
 		})
 	})
 
@@ -823,16 +849,18 @@ func BenchmarkCreate(b *testing.B) {
 		}
 	}
 	b.Run("QuotaChange", func(b *testing.B) {
-		runClients(b, f.meter, func(ctx context.Context, c, _ int) error {
-			body := fmt.Appendf(nil, `{"quota": {"gpu": "0", "memoryBytes": "%d"}}`, seq.Add(1))
-			var out teamJSON
-			if err := f.do(ctx, "PATCH", fmt.Sprintf("/v1/teams/chg-%02d?update_mask=quota", c), body, &out); err != nil {
-				return err
-			}
-			if out.Name != fmt.Sprintf("teams/chg-%02d", c) {
-				return fmt.Errorf("updated %q", out.Name)
-			}
-			return nil
+		f.groupShape(b, func() {
+			runClients(b, f.meter, func(ctx context.Context, c, _ int) error {
+				body := fmt.Appendf(nil, `{"quota": {"gpu": "0", "memoryBytes": "%d"}}`, seq.Add(1))
+				var out teamJSON
+				if err := f.do(ctx, "PATCH", fmt.Sprintf("/v1/teams/chg-%02d?update_mask=quota", c), body, &out); err != nil {
+					return err
+				}
+				if out.Name != fmt.Sprintf("teams/chg-%02d", c) {
+					return fmt.Errorf("updated %q", out.Name)
+				}
+				return nil
+			})
 		})
 	})
 
@@ -841,24 +869,28 @@ func BenchmarkCreate(b *testing.B) {
 	// whose team has room for all of them.
 	reqTeam := f.requestTeam(b)
 	b.Run("CreateRequest", func(b *testing.B) {
-		runClients(b, f.meter, func(ctx context.Context, _, _ int) error {
-			_, err := f.restCreateRequest(ctx, reqTeam, fmt.Sprintf("vc-%d", seq.Add(1)))
-			return err
+		f.groupShape(b, func() {
+			runClients(b, f.meter, func(ctx context.Context, _, _ int) error {
+				_, err := f.restCreateRequest(ctx, reqTeam, fmt.Sprintf("vc-%d", seq.Add(1)))
+				return err
+			})
 		})
 	})
 	b.Run("Approve", func(b *testing.B) {
 		pending := f.pendingRequests(b, reqTeam, b.N)
-		runClients(b, f.meter, func(ctx context.Context, _, i int) error {
-			var out struct {
-				State string `json:"state"`
-			}
-			if err := f.do(ctx, "POST", "/v1/"+pending[i]+":approve", []byte(`{"reason": "benchmark"}`), &out); err != nil {
-				return err
-			}
-			if out.State != "APPROVED" {
-				return fmt.Errorf("%s is %s after approval", pending[i], out.State)
-			}
-			return nil
+		f.groupShape(b, func() {
+			runClients(b, f.meter, func(ctx context.Context, _, i int) error {
+				var out struct {
+					State string `json:"state"`
+				}
+				if err := f.do(ctx, "POST", "/v1/"+pending[i]+":approve", []byte(`{"reason": "benchmark"}`), &out); err != nil {
+					return err
+				}
+				if out.State != "APPROVED" {
+					return fmt.Errorf("%s is %s after approval", pending[i], out.State)
+				}
+				return nil
+			})
 		})
 	})
 

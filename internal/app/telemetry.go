@@ -49,6 +49,28 @@ func newRegistry(db *store.DB, log *slog.Logger) *prometheus.Registry {
 	return reg
 }
 
+// groupCommitCollectors report store.GroupStats (serve only: the API's
+// changes are what group commit batches): members per batch is how
+// many changes of one department share a lock and a WAL flush, and round
+// trips per member the serial part of each change's cost under that lock.
+func groupCommitCollectors(db *store.DB) []prometheus.Collector {
+	counter := func(name, help string, v func(store.GroupStats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(v(db.GroupStats())) })
+	}
+	return []prometheus.Collector{
+		counter("gpuplane_store_group_batches_total",
+			"Group-commit transactions run: each carries the changes queued meanwhile for one department.",
+			func(s store.GroupStats) uint64 { return s.Batches }),
+		counter("gpuplane_store_group_members_total",
+			"Changes run in group-commit transactions (divided by the batches: the batch size).",
+			func(s store.GroupStats) uint64 { return s.Members }),
+		counter("gpuplane_store_group_round_trips_total",
+			"Round trips to PostgreSQL of group-commit transactions, BEGIN to COMMIT, retries included.",
+			func(s store.GroupStats) uint64 { return s.RoundTrips }),
+	}
+}
+
 // stateCollectors are the scrape-time gauges about what the database holds:
 // virtual clusters per phase, requests per state, and per-team quota and
 // allocation. Each is one query, owned by the table's repository; every

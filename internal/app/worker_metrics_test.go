@@ -66,6 +66,9 @@ func TestWorkerServesMetrics(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+	if strings.Contains(string(body), "gpuplane_store_group_") {
+		t.Errorf("the worker reports group-commit counters; it runs no API changes, only serve should")
+	}
 	if strings.Contains(string(body), "gpuplane_virtual_clusters") {
 		t.Errorf("the worker reports API-side state gauges; only serve should")
 	}

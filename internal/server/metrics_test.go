@@ -170,6 +170,9 @@ func TestMetricsEndpoint(t *testing.T) {
 		"gpuplane_team_allocated":                                 {gauge, []string{"resource", "team"}},
 		"gpuplane_metrics_query_up":                               {gauge, []string{"query"}},
 		"gpuplane_metrics_query_duration_seconds":                 {gauge, []string{"query"}},
+		"gpuplane_store_group_batches_total":                      {counter, nil},
+		"gpuplane_store_group_members_total":                      {counter, nil},
+		"gpuplane_store_group_round_trips_total":                  {counter, nil},
 	}
 	var listing []string
 	for name, mf := range mfs {

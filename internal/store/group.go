@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -47,6 +48,28 @@ type groupMember struct {
 type groups struct {
 	mu    sync.Mutex
 	byKey map[string]*groupState
+	// What GroupStats reports.
+	batches, members, roundTrips atomic.Uint64
+}
+
+// GroupStats counts what InGroupTx did since the DB was made (changes
+// with an empty key, which run as InTx, are not counted).
+type GroupStats struct {
+	// Batches is how many group transactions ran; Members how many
+	// changes they carried. Their ratio is the batch size: how many
+	// changes share one lock and one WAL flush.
+	Batches, Members uint64
+	// RoundTrips is how many times those transactions waited for the
+	// database, BEGIN to COMMIT, retries included. The members of a batch
+	// run one after the other while their department is locked, so
+	// RoundTrips per member is the serial part of a change's cost.
+	RoundTrips uint64
+}
+
+// GroupStats reports the counters of InGroupTx (exported as metrics).
+func (db *DB) GroupStats() GroupStats {
+	g := &db.groups
+	return GroupStats{Batches: g.batches.Load(), Members: g.members.Load(), RoundTrips: g.roundTrips.Load()}
 }
 
 // groupState is one key's queue. A key is in groups.byKey while a batch of
@@ -152,8 +175,10 @@ func (db *DB) runGroup(batch []*groupMember, executed func()) {
 	results := make([]error, len(batch))
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), groupTimeout)
 	defer cancel()
+	db.groups.batches.Add(1)
+	db.groups.members.Add(uint64(len(batch)))
 	var once sync.Once
-	err := db.InTx(ctx, TxOptions{}, func(ctx context.Context, tx *Tx) error {
+	err := db.InTx(ctx, TxOptions{roundTrips: &db.groups.roundTrips}, func(ctx context.Context, tx *Tx) error {
 		defer once.Do(executed)
 		clear(results)
 		if len(batch) == 1 {

@@ -73,31 +73,10 @@ func TestGroupTxMembersShareOneTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	db, _ := groupFixture(t)
-	release, blocker := queueBehind(t, ctx, db, "dept-a")
-
 	const n = 10
-	var wg sync.WaitGroup
-	errc := make(chan error, n)
-	for i := range n {
-		wg.Go(func() {
-			mctx := context.WithValue(ctx, ctxKey{}, fmt.Sprintf("caller-%d", i))
-			errc <- db.InGroupTx(mctx, "dept-a", func(ctx context.Context, tx *store.Tx) error {
-				return insertMember(ctx, tx, fmt.Sprintf("m%02d", i))
-			})
-		})
-	}
-	waitQueued(t, db, "dept-a", n)
-	release()
-	wg.Wait()
-	close(errc)
-	for err := range errc {
-		if err != nil {
-			t.Fatalf("member: %v", err)
-		}
-	}
-	if err := <-blocker; err != nil {
-		t.Fatalf("blocker: %v", err)
-	}
+	runBehindBlocker(t, ctx, db, "dept-a", n, func(i int) (context.Context, string) {
+		return context.WithValue(ctx, ctxKey{}, fmt.Sprintf("caller-%d", i)), fmt.Sprintf("m%02d", i)
+	})
 
 	var xids, bad int
 	if err := db.QueryRow(ctx, `SELECT count(DISTINCT xid), count(*) FILTER (WHERE who <> 'caller-' || substring(id from 2)::int::text)
@@ -109,6 +88,36 @@ func TestGroupTxMembersShareOneTransaction(t *testing.T) {
 	}
 	if bad != 0 {
 		t.Errorf("%d members recorded another caller's context value", bad)
+	}
+}
+
+// runBehindBlocker queues n members of key behind a blocker (queueBehind),
+// so that they form one batch, then releases it; member i inserts the row
+// named by member(i) with member(i)'s context. Any failure fails the test.
+func runBehindBlocker(t *testing.T, ctx context.Context, db *store.DB, key string, n int, member func(i int) (context.Context, string)) {
+	t.Helper()
+	release, blocker := queueBehind(t, ctx, db, key)
+	var wg sync.WaitGroup
+	errc := make(chan error, n)
+	for i := range n {
+		mctx, id := member(i)
+		wg.Go(func() {
+			errc <- db.InGroupTx(mctx, key, func(ctx context.Context, tx *store.Tx) error {
+				return insertMember(ctx, tx, id)
+			})
+		})
+	}
+	waitQueued(t, db, key, n)
+	release()
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		if err != nil {
+			t.Fatalf("member: %v", err)
+		}
+	}
+	if err := <-blocker; err != nil {
+		t.Fatalf("blocker: %v", err)
 	}
 }
 
@@ -238,4 +247,55 @@ func TestGroupTxKeysAreIndependent(t *testing.T) {
 	if got := fmt.Sprint(rows(ctx, "")); got != "[other]" {
 		t.Errorf("rows while dept-d's batch is open: %s, want [other]", got)
 	}
+}
+
+// TestGroupStatsCountBatchesMembersAndRoundTrips: the counters behind the
+// group-commit metrics say how many batches ran, how many changes they
+// carried and how often they waited for the database, exactly.
+func TestGroupStatsCountBatchesMembersAndRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	db, _ := groupFixture(t)
+	want := func(step string, w store.GroupStats) {
+		t.Helper()
+		if got := db.GroupStats(); got != w {
+			t.Fatalf("after %s: GroupStats = %+v, want %+v", step, got, w)
+		}
+	}
+	want("nothing", store.GroupStats{})
+
+	// A change that only defers its write: BEGIN, the write and COMMIT
+	// travel in one round trip.
+	if err := db.InGroupTx(ctx, "dept-s", func(ctx context.Context, tx *store.Tx) error {
+		tx.ExecDeferred("INSERT INTO group_members VALUES ('deferred', '', '')")
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want("a deferred write", store.GroupStats{Batches: 1, Members: 1, RoundTrips: 1})
+
+	// One that waits for its statement: BEGIN with it, then COMMIT.
+	if err := db.InGroupTx(ctx, "dept-s", func(ctx context.Context, tx *store.Tx) error {
+		return insertMember(ctx, tx, "alone")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want("a statement", store.GroupStats{Batches: 2, Members: 2, RoundTrips: 3})
+
+	// A blocker (its statement and COMMIT: 2 round trips), then the 4
+	// changes queued behind it in one batch: each member's SAVEPOINT goes
+	// with its statement (4), and one COMMIT.
+	const n = 4
+	runBehindBlocker(t, ctx, db, "dept-s", n, func(i int) (context.Context, string) {
+		return ctx, fmt.Sprintf("q%d", i)
+	})
+	want("a batch of 4 behind a blocker", store.GroupStats{Batches: 4, Members: 7, RoundTrips: 3 + 2 + n + 1})
+
+	// Changes without a key run as InTx and are not counted.
+	if err := db.InGroupTx(ctx, "", func(ctx context.Context, tx *store.Tx) error {
+		return insertMember(ctx, tx, "ungrouped")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want("an ungrouped change", store.GroupStats{Batches: 4, Members: 7, RoundTrips: 10})
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -66,6 +67,16 @@ type Tx struct {
 	// (mapped it by SQLSTATE, say), the group takes the failure from here.
 	failed *deferredError
 	signal bool
+	// roundTrips counts what the connection is sent, when set (GroupStats).
+	roundTrips *atomic.Uint64
+}
+
+// roundTrip counts one exchange with the server: a pipeline sent and its
+// results read, or one statement on its own.
+func (t *Tx) roundTrip() {
+	if t.roundTrips != nil {
+		t.roundTrips.Add(1)
+	}
 }
 
 func beginStatement(o pgx.TxOptions) string {
@@ -103,6 +114,7 @@ func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandT
 		return pgconn.CommandTag{}, err
 	}
 	if br == nil {
+		t.roundTrip()
 		return t.conn.Exec(ctx, sql, args...)
 	}
 	tag, err := br.Exec()
@@ -119,6 +131,7 @@ func (t *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, erro
 		return nil, err
 	}
 	if br == nil {
+		t.roundTrip()
 		return t.conn.Query(ctx, sql, args...)
 	}
 	rows, err := br.Query()
@@ -136,6 +149,7 @@ func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 		return errRow{err}
 	}
 	if br == nil {
+		t.roundTrip()
 		return t.conn.QueryRow(ctx, sql, args...)
 	}
 	return batchRow{row: br.QueryRow(), br: br}
@@ -155,6 +169,7 @@ func (t *Tx) send(ctx context.Context, sql string, args []any) (pgx.BatchResults
 	}
 	b, sent := t.batch()
 	b.Queue(sql, args...)
+	t.roundTrip()
 	br := t.conn.SendBatch(ctx, b)
 	if err := t.readQueued(br, sent); err != nil {
 		_ = br.Close()
@@ -169,6 +184,7 @@ func (t *Tx) flush(ctx context.Context) error {
 		return nil
 	}
 	b, sent := t.batch()
+	t.roundTrip()
 	br := t.conn.SendBatch(ctx, b)
 	err := t.readQueued(br, sent)
 	if cerr := br.Close(); err == nil {
@@ -238,6 +254,7 @@ func (t *Tx) commit(ctx context.Context) error {
 	}
 	b, sent := t.batch()
 	b.Queue("COMMIT")
+	t.roundTrip()
 	br := t.conn.SendBatch(ctx, b)
 	err := t.readQueued(br, sent)
 	if err == nil {
@@ -264,6 +281,7 @@ func (t *Tx) rollback(ctx context.Context) error {
 	if !t.started {
 		return nil
 	}
+	t.roundTrip()
 	_, err := t.conn.Exec(ctx, "ROLLBACK")
 	t.started = false
 	return err
@@ -300,6 +318,7 @@ func (t *Tx) rollbackMember(ctx context.Context) error {
 // so the newest savepoint that exists is that member's.
 func (t *Tx) rollbackToNewestSavepoint(ctx context.Context) error {
 	t.queued, t.failed, t.savepointSent = nil, nil, false
+	t.roundTrip()
 	_, err := t.conn.Exec(ctx, `ROLLBACK TO SAVEPOINT group_member`)
 	return err
 }
@@ -434,6 +453,7 @@ func (t *Tx) Send(ctx context.Context, b *Batch) error {
 	for _, it := range b.items {
 		pb.Queue(it.sql, it.args...)
 	}
+	t.roundTrip()
 	br := t.conn.SendBatch(ctx, pb)
 	return readBatch(br, b, t.readQueued(br, sent))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,6 +23,9 @@ type TxOptions struct {
 	ReadOnly bool
 	// MaxAttempts overrides DefaultMaxAttempts when positive.
 	MaxAttempts int
+	// roundTrips, when set, counts the transaction's round trips
+	// (GroupStats).
+	roundTrips *atomic.Uint64
 }
 
 // Backoff bounds between attempts. Conflicts clear as soon as the other
@@ -52,7 +56,7 @@ func (db *DB) InTx(ctx context.Context, opts TxOptions, fn func(ctx context.Cont
 	}
 
 	for attempt := 1; ; attempt++ {
-		err := runTx(ctx, db, txo, fn)
+		err := runTx(ctx, db, txo, opts.roundTrips, fn)
 		if err == nil || !IsRetryable(err) || attempt >= maxAttempts {
 			return err
 		}
@@ -69,12 +73,12 @@ func (db *DB) InTx(ctx context.Context, opts TxOptions, fn func(ctx context.Cont
 	}
 }
 
-func runTx(ctx context.Context, db *DB, txo pgx.TxOptions, fn func(context.Context, *Tx) error) error {
+func runTx(ctx context.Context, db *DB, txo pgx.TxOptions, roundTrips *atomic.Uint64, fn func(context.Context, *Tx) error) error {
 	conn, err := db.pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	t := &Tx{conn: conn, begin: beginStatement(txo)}
+	t := &Tx{conn: conn, begin: beginStatement(txo), roundTrips: roundTrips}
 	defer func() {
 		// Also runs when fn panics. After a successful commit there is
 		// nothing to roll back. A cancelled ctx must not stop us from
