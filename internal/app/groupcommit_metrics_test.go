@@ -1,15 +1,9 @@
 package app_test
 
 import (
-	"bytes"
 	"fmt"
-	"io"
-	"net/http"
 	"sync"
 	"testing"
-
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
 	"github.com/gpuplane/gpuplane/internal/apptest"
@@ -17,25 +11,15 @@ import (
 
 // groupCounters reads the group-commit counters off the private metrics
 // port: batches, members and round trips.
-func groupCounters(t testing.TB, e *apptest.Env) (batches, members, trips float64) {
+func groupCounters(t *testing.T, e *apptest.Env) (batches, members, trips float64) {
 	t.Helper()
-	resp, err := http.Get(e.MetricsBase + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
-	}
+	mfs := apptest.ParseMetrics(t, apptest.Scrape(t, e.MetricsBase+"/metrics"))
 	get := func(name string) float64 {
-		mf := mfs[name]
-		if mf == nil || len(mf.GetMetric()) != 1 {
+		v, ok := apptest.MetricValue(mfs[name], nil)
+		if !ok {
 			t.Fatalf("/metrics has no counter %s", name)
 		}
-		return mf.GetMetric()[0].GetCounter().GetValue()
+		return v
 	}
 	return get("gpuplane_store_group_batches_total"), get("gpuplane_store_group_members_total"),
 		get("gpuplane_store_group_round_trips_total")

@@ -22,6 +22,7 @@ import (
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 
 	pb "github.com/gpuplane/gpuplane/api/gpuplane/v1"
+	"github.com/gpuplane/gpuplane/internal/apptest"
 	"github.com/gpuplane/gpuplane/internal/errs"
 	"github.com/gpuplane/gpuplane/internal/reqctx"
 	"github.com/gpuplane/gpuplane/internal/server"
@@ -117,7 +118,7 @@ func (ps *probeServer) handled(t *testing.T, method, code string) float64 {
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == "gpuplane_grpc_server_handled_total" {
-			if v, ok := value(mf, map[string]string{"method": method, "code": code}); ok {
+			if v, ok := apptest.MetricValue(mf, map[string]string{"method": method, "code": code}); ok {
 				return v
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"sort"
@@ -14,8 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -23,57 +20,6 @@ import (
 	"github.com/gpuplane/gpuplane/internal/apptest"
 	"github.com/gpuplane/gpuplane/internal/envtestenv"
 )
-
-// scrape GETs url and returns the body; it fails the test on anything but 200.
-func scrape(t *testing.T, url string) []byte {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d %v\n%s", url, resp.StatusCode, err, body)
-	}
-	return body
-}
-
-func parseMetrics(t *testing.T, body []byte) map[string]*dto.MetricFamily {
-	t.Helper()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := p.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
-	}
-	return mfs
-}
-
-// value returns the sample of mf whose labels include want (the counter,
-// gauge or histogram count), and whether there is one.
-func value(mf *dto.MetricFamily, want map[string]string) (float64, bool) {
-next:
-	for _, m := range mf.GetMetric() {
-		have := map[string]string{}
-		for _, lp := range m.GetLabel() {
-			have[lp.GetName()] = lp.GetValue()
-		}
-		for k, v := range want {
-			if have[k] != v {
-				continue next
-			}
-		}
-		switch mf.GetType() {
-		case dto.MetricType_COUNTER:
-			return m.GetCounter().GetValue(), true
-		case dto.MetricType_GAUGE:
-			return m.GetGauge().GetValue(), true
-		case dto.MetricType_HISTOGRAM:
-			return float64(m.GetHistogram().GetSampleCount()), true
-		}
-	}
-	return 0, false
-}
 
 // TestMetricsEndpoint scrapes /metrics of a real server (`serve
 // --run-worker` against a real API server) after some traffic and a
@@ -107,8 +53,8 @@ func TestMetricsEndpoint(t *testing.T) {
 	if _, err := e.Teams.ListTeams(context.Background(), &pb.ListTeamsRequest{}); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("gRPC list teams without a token: %v", err)
 	}
-	scrape(t, e.HTTPBase+"/healthz")
-	scrape(t, e.HTTPBase+"/openapi.json")
+	apptest.Scrape(t, e.HTTPBase+"/healthz")
+	apptest.Scrape(t, e.HTTPBase+"/openapi.json")
 	asked := e.Do(t, "bob", "POST", "/v1/requests", map[string]any{
 		"team": "teams/team-a", "justification": "metrics",
 		"createVirtualCluster": map[string]any{"virtualClusterId": "metrics-vc",
@@ -126,8 +72,8 @@ func TestMetricsEndpoint(t *testing.T) {
 	var body []byte
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		body = scrape(t, e.MetricsBase+"/metrics")
-		mfs = parseMetrics(t, body)
+		body = apptest.Scrape(t, e.MetricsBase+"/metrics")
+		mfs = apptest.ParseMetrics(t, body)
 		if mf := mfs["gpuplane_reconcile_total"]; mf != nil {
 			break
 		}
@@ -226,22 +172,22 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"gpuplane_metrics_query_up", map[string]string{"query": "teams"}, 1},
 		{"gpuplane_reconcile_queue_depth", nil, 1},
 	} {
-		got, ok := value(mfs[c.metric], c.labels)
+		got, ok := apptest.MetricValue(mfs[c.metric], c.labels)
 		if !ok || got != c.want {
 			t.Errorf("%s%v = %v (present %v), want %v", c.metric, c.labels, got, ok, c.want)
 		}
 	}
 	// The request is APPROVED, or APPLIED once the worker saw the host
 	// reflect it.
-	approved, _ := value(mfs["gpuplane_requests"], map[string]string{"state": "APPROVED"})
-	applied, _ := value(mfs["gpuplane_requests"], map[string]string{"state": "APPLIED"})
+	approved, _ := apptest.MetricValue(mfs["gpuplane_requests"], map[string]string{"state": "APPROVED"})
+	applied, _ := apptest.MetricValue(mfs["gpuplane_requests"], map[string]string{"state": "APPLIED"})
 	if approved+applied != 1 {
 		t.Errorf("gpuplane_requests: APPROVED %v + APPLIED %v, want 1", approved, applied)
 	}
-	if n, ok := value(mfs["gpuplane_reconcile_step_duration_seconds"], map[string]string{"step": "apply"}); !ok || n < 1 {
+	if n, ok := apptest.MetricValue(mfs["gpuplane_reconcile_step_duration_seconds"], map[string]string{"step": "apply"}); !ok || n < 1 {
 		t.Errorf("no apply step recorded")
 	}
-	if n, ok := value(mfs["gpuplane_reconcile_step_duration_seconds"], map[string]string{"step": "apply_namespace"}); !ok || n < 1 {
+	if n, ok := apptest.MetricValue(mfs["gpuplane_reconcile_step_duration_seconds"], map[string]string{"step": "apply_namespace"}); !ok || n < 1 {
 		t.Errorf("no apply_namespace step recorded")
 	}
 }
