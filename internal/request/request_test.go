@@ -2,6 +2,7 @@ package request_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -221,4 +222,104 @@ func TestRejectAndCancel(t *testing.T) {
 	if errs.KindOf(err) != errs.KindAborted {
 		t.Fatalf("stale etag: %v", err)
 	}
+}
+
+// lineUpApprovals approves each request as alice, all in one batch of
+// their department's changes, and returns each approval's error.
+func (f *fixture) lineUpApprovals(rs ...request.Request) []error {
+	f.t.Helper()
+	calls := make([]func() error, len(rs))
+	for i, r := range rs {
+		calls[i] = func() error {
+			_, err := f.approve(r)
+			return err
+		}
+	}
+	return storetest.LineUp(f.t, f.ctx, f.db, tenancy.DepartmentGroup("research"), nil, calls...)
+}
+
+// checkHeld: the team holds gpu GPUs, and the held-quota totals agree with
+// a recount of its virtual clusters.
+func (f *fixture) checkHeld(gpu int64) {
+	f.t.Helper()
+	held, err := virtualcluster.QuotaOfTeam(f.ctx, f.db, "team-a", "")
+	f.must(err)
+	if held.GPU != quota.GPUs(gpu) {
+		f.t.Errorf("team-a holds %s, want %d GPUs", held.GPU, gpu)
+	}
+	drift, err := virtualcluster.HeldQuotaDrift(f.ctx, f.db)
+	f.must(err)
+	if len(drift) > 0 {
+		f.t.Errorf("held quota drifted: %v", drift)
+	}
+}
+
+// Approvals of new virtual clusters that meet in one batch are read ahead
+// together, in one round trip (then one for their writes, one for
+// COMMIT), and each still takes its quota in turn: of six 1-GPU virtual
+// clusters in a 4-GPU team the first four are approved and the last two
+// refused with nothing free, as they would be one after the other.
+func TestApprovalsInOneBatchTakeQuotaInTurn(t *testing.T) {
+	f := newFixture(t)
+	var pending []request.Request
+	for i := range 6 {
+		r, err := f.create(createVC(fmt.Sprintf("b%d", i), 1, nil))
+		f.must(err)
+		pending = append(pending, r)
+	}
+	before := f.db.GroupStats()
+	for i, err := range f.lineUpApprovals(pending...) {
+		if i < 4 {
+			if err != nil {
+				t.Errorf("approval %d: %v", i, err)
+			}
+			continue
+		}
+		if e, ok := errs.As(err); !ok || e.Kind != errs.KindFailedPrecondition || e.Reason != errs.ReasonQuotaExceeded || e.Metadata["free"] != "0 GPU" {
+			t.Errorf("approval %d beyond the team's quota: %v", i, err)
+		}
+	}
+	// The batch holding them open sent nothing.
+	got := f.db.GroupStats()
+	if d := (store.GroupStats{Batches: got.Batches - before.Batches, Members: got.Members - before.Members, RoundTrips: got.RoundTrips - before.RoundTrips}); d != (store.GroupStats{Batches: 2, Members: 7, RoundTrips: 3}) {
+		t.Errorf("the approvals' batches: %+v, want the six in one batch of 3 round trips", d)
+	}
+	for i, r := range pending {
+		vc, err := virtualcluster.Get(f.ctx, f.db, r.VirtualClusterID(), false)
+		f.must(err)
+		want := virtualcluster.PhaseProvisioning
+		if i >= 4 {
+			want = virtualcluster.PhasePendingApproval
+		}
+		if vc.Phase != want {
+			t.Errorf("virtual cluster %s is %s, want %s", vc.ID, vc.Phase, want)
+		}
+	}
+	f.checkHeld(4)
+}
+
+// Two approvals of one request in one batch: the first approves it, the
+// second finds it approved and is refused, as one after the other would
+// be; another request's approval in the same batch is not disturbed.
+func TestApprovalsOfOneRequestInOneBatch(t *testing.T) {
+	f := newFixture(t)
+	r0, err := f.create(createVC("twice", 1, nil))
+	f.must(err)
+	r1, err := f.create(createVC("once", 1, nil))
+	f.must(err)
+	results := f.lineUpApprovals(r0, r0, r1)
+	if results[0] != nil || results[2] != nil {
+		t.Fatalf("approvals: %v", results)
+	}
+	if e, ok := errs.As(results[1]); !ok || e.Kind != errs.KindFailedPrecondition || e.Reason != errs.ReasonInvalidTransition {
+		t.Errorf("second approval of %s: %v, want an invalid transition", r0.Name(), results[1])
+	}
+	for _, r := range []request.Request{r0, r1} {
+		got, err := request.Get(f.ctx, f.db, r.ID, false)
+		f.must(err)
+		if got.State != request.StateApproved || got.Version != r.Version+1 {
+			t.Errorf("%s: %s at version %d, want APPROVED at %d (approved once)", r.Name(), got.State, got.Version, r.Version+1)
+		}
+	}
+	f.checkHeld(2)
 }

@@ -123,25 +123,32 @@ func (s *Service) Create(ctx context.Context, tx *store.Tx, actor reqctx.Princip
 // also reads, in the same round trip and lock order, what the approval
 // needs (lockedRows: the team, the virtual cluster, what the team holds,
 // the host clusters); a rejection or cancellation needs none of it, nor
-// the team's lock.
+// the team's lock. Such approvals that meet in one batch are read ahead
+// together (approvalPrefetch).
 func (s *Service) Decide(ctx context.Context, seen Request, etag string, approving bool, apply func(ctx context.Context, tx *store.Tx, r *Request) error) (Request, error) {
 	var out Request
-	err := s.db.InGroupTx(ctx, tenancy.DepartmentGroup(seen.Department), func(ctx context.Context, tx *store.Tx) error {
-		var b store.Batch
-		var budget quota.Resources
+	creating := approving && seen.Kind == KindCreateVirtualCluster && seen.VirtualCluster != nil
+	var ahead *prefetchedApproval
+	fn := func(ctx context.Context, tx *store.Tx) error {
 		var cur Request
-		tenancy.QueueLockDepartment(&b, &budget, seen.Department)
-		QueueGet(&b, &cur, seen.ID, true)
 		var l *lockedRows
-		if approving && seen.Kind == KindCreateVirtualCluster && seen.VirtualCluster != nil {
-			l = &lockedRows{}
-			tenancy.QueueGetTeam(&b, &l.team, seen.Team, true)
-			virtualcluster.QueueGet(&b, &l.vc, *seen.VirtualCluster, true)
-			virtualcluster.QueueQuotaOfTeam(&b, &l.held, seen.Team, *seen.VirtualCluster)
-			fleet.QueueAll(&b, &l.hosts)
-		}
-		if err := tx.Send(ctx, &b); err != nil {
-			return err
+		if ahead != nil && tx.Prefetched() && ahead.usable() {
+			cur, l = ahead.cur, ahead.rows()
+		} else {
+			var b store.Batch
+			var budget quota.Resources
+			tenancy.QueueLockDepartment(&b, &budget, seen.Department)
+			QueueGet(&b, &cur, seen.ID, true)
+			if creating {
+				l = &lockedRows{}
+				tenancy.QueueGetTeam(&b, &l.team, seen.Team, true)
+				virtualcluster.QueueGet(&b, &l.vc, *seen.VirtualCluster, true)
+				virtualcluster.QueueQuotaOfTeam(&b, &l.held, seen.Team, *seen.VirtualCluster)
+				fleet.QueueAll(&b, &l.hosts)
+			}
+			if err := tx.Send(ctx, &b); err != nil {
+				return err
+			}
 		}
 		if l != nil && cur.Team == seen.Team && cur.vcID() == *seen.VirtualCluster && l.vc.Team == cur.Team {
 			cur.locked = l
@@ -152,9 +159,22 @@ func (s *Service) Decide(ctx context.Context, seen Request, etag string, approvi
 		if err := apply(ctx, tx, &cur); err != nil {
 			return err
 		}
+		if ahead != nil && ahead.batch != nil {
+			// Prefetched or not, the approvals after it in the batch
+			// must count what it took.
+			ahead.approved(cur)
+		}
 		out = cur
 		return nil
-	})
+	}
+	key := tenancy.DepartmentGroup(seen.Department)
+	var err error
+	if creating {
+		ahead = &prefetchedApproval{seen: seen}
+		err = s.db.InGroupTxPrefetched(ctx, key, approvalPrefetch, ahead, fn)
+	} else {
+		err = s.db.InGroupTx(ctx, key, fn)
+	}
 	return out, err
 }
 

@@ -1,15 +1,5 @@
 package store
 
-// GroupPending is how many members of key wait for the next batch.
-func GroupPending(db *DB, key string) int {
-	db.groups.mu.Lock()
-	defer db.groups.mu.Unlock()
-	if st := db.groups.byKey[key]; st != nil {
-		return len(st.pending)
-	}
-	return 0
-}
-
 // SharedPending is how many SendShared calls wait for a pipeline.
 func SharedPending(db *DB) int {
 	db.shared.mu.Lock()

@@ -43,6 +43,35 @@ type groupMember struct {
 	ctx  context.Context
 	fn   func(ctx context.Context, tx *Tx) error
 	done chan error
+	// prefetch and item: see InGroupTxPrefetched (nil for InGroupTx).
+	prefetch *Prefetch
+	item     any
+}
+
+// Prefetch reads ahead for the members of a batch that share it.
+//
+// A member's first round trip is its reads (locks included), and every
+// member of a batch waits for the one before it while the department is
+// locked, so per change the department stays locked for a whole round
+// trip, whatever little the change writes (its writes are deferred and
+// travel with the next member's reads). When the members of a batch share
+// a Prefetch, their reads go out together in one round trip before any of
+// them runs, in the order the members would have sent them, so locks are
+// still taken in the same order; the members then run one after the other
+// without a round trip of their own, and their writes travel together.
+//
+// A member may use what was read for it only while Tx.Prefetched says so:
+// the rows were read before the members ahead of it in the batch ran, so a
+// member must add what those members changed in rows it shares with them
+// (Read can hand the items a shared scratch for that), and it must read for
+// itself whenever Prefetched is false.
+type Prefetch struct {
+	// Read queues on b, for each item in the order its member runs, the
+	// reads that member would send first. Each read's own failure (a row
+	// not found) must stay the item's (Batch.Guarded), so that one member's
+	// missing row does not fail the others; its member then reads for
+	// itself. Read runs again on every attempt of the transaction.
+	Read func(b *Batch, items []any)
 }
 
 type groups struct {
@@ -72,6 +101,17 @@ func (db *DB) GroupStats() GroupStats {
 	return GroupStats{Batches: g.batches.Load(), Members: g.members.Load(), RoundTrips: g.roundTrips.Load()}
 }
 
+// GroupPending is how many changes of key wait for the next batch (tests
+// use it to line a batch up behind one that runs).
+func (db *DB) GroupPending(key string) int {
+	db.groups.mu.Lock()
+	defer db.groups.mu.Unlock()
+	if st := db.groups.byKey[key]; st != nil {
+		return len(st.pending)
+	}
+	return 0
+}
+
 // groupState is one key's queue. A key is in groups.byKey while a batch of
 // it runs or members wait.
 type groupState struct {
@@ -98,13 +138,25 @@ const maxInFlight = 2
 // groupTimeout); a caller whose context ends before its turn gets the
 // context's error and nothing is written. An empty key is InTx.
 func (db *DB) InGroupTx(ctx context.Context, key string, fn func(ctx context.Context, tx *Tx) error) error {
+	return db.inGroup(ctx, key, &groupMember{ctx: ctx, fn: fn, done: make(chan error, 1)})
+}
+
+// InGroupTxPrefetched is InGroupTx for a member whose first reads p makes
+// for it, together with those of the batch's other members that share p
+// (see Prefetch); item is what p.Read is handed for this member (and where
+// it keeps the rows), fn what runs as InGroupTx's. A member alone in its
+// batch is not prefetched: it reads as it would under InGroupTx.
+func (db *DB) InGroupTxPrefetched(ctx context.Context, key string, p *Prefetch, item any, fn func(ctx context.Context, tx *Tx) error) error {
+	return db.inGroup(ctx, key, &groupMember{ctx: ctx, fn: fn, done: make(chan error, 1), prefetch: p, item: item})
+}
+
+func (db *DB) inGroup(ctx context.Context, key string, m *groupMember) error {
 	if key == "" {
-		return db.InTx(ctx, TxOptions{}, fn)
+		return db.InTx(ctx, TxOptions{}, m.fn)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	m := &groupMember{ctx: ctx, fn: fn, done: make(chan error, 1)}
 	db.groups.mu.Lock()
 	if db.groups.byKey == nil {
 		db.groups.byKey = map[string]*groupState{}
@@ -172,6 +224,7 @@ func (db *DB) runBatch(key string, st *groupState, batch []*groupMember) {
 // runGroup runs one batch in one transaction and answers every member;
 // executed runs (once) when the members ran, before COMMIT.
 func (db *DB) runGroup(batch []*groupMember, executed func()) {
+	prefetch, prefetched := prefetchFirst(batch)
 	results := make([]error, len(batch))
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), groupTimeout)
 	defer cancel()
@@ -191,6 +244,30 @@ func (db *DB) runGroup(batch []*groupMember, executed func()) {
 			}
 			return m.fn(memberContext{Context: ctx, values: m.ctx}, tx)
 		}
+		// The first members share a Prefetch: their reads, in one round
+		// trip.
+		valid := false
+		if prefetched > 1 {
+			items := make([]any, prefetched)
+			for i, m := range batch[:prefetched] {
+				items[i] = m.item
+			}
+			var b Batch
+			prefetch.Read(&b, items)
+			tx.queuePrefetchSavepoint()
+			switch err := tx.Send(ctx, &b); {
+			case err == nil:
+				valid = true
+			case rollbackFailed(err):
+				return err
+			default:
+				// Whatever failed (a lock that timed out, say) is
+				// then met by the member it belongs to, on its own.
+				if rerr := tx.rollbackPrefetch(ctx); rerr != nil {
+					return rerr
+				}
+			}
+		}
 		// A member's deferred writes travel with the next member's first
 		// round trip (Tx), so a failure may surface while a later member
 		// runs. It then belongs to the member that queued it: nothing
@@ -200,7 +277,7 @@ func (db *DB) runGroup(batch []*groupMember, executed func()) {
 		for i := 0; ; {
 			var err error
 			if i < len(batch) {
-				err = runMember(ctx, tx, i, batch[i])
+				err = runMember(ctx, tx, i, batch[i], valid && i < prefetched)
 			} else {
 				// The last members' deferred writes, before COMMIT, so
 				// that a failure among them is still one member's.
@@ -215,6 +292,9 @@ func (db *DB) runGroup(batch []*groupMember, executed func()) {
 				if rerr := tx.rollbackToNewestSavepoint(ctx); rerr != nil {
 					return rerr
 				}
+				// The members that run again would see rows the
+				// prefetch read before those that rolled back ran.
+				valid = false
 				results[d.member] = d.err
 				i = d.member + 1
 				continue
@@ -235,17 +315,50 @@ func (db *DB) runGroup(batch []*groupMember, executed func()) {
 	}
 }
 
+// prefetchFirst moves the members that share the first member's Prefetch
+// (in the order they came) to the front of batch and returns that Prefetch
+// and how many share it. The batch's members came concurrently, so any
+// order of them is one they could have had.
+func prefetchFirst(batch []*groupMember) (*Prefetch, int) {
+	var p *Prefetch
+	for _, m := range batch {
+		if m.prefetch != nil {
+			p = m.prefetch
+			break
+		}
+	}
+	if p == nil {
+		return nil, 0
+	}
+	front := make([]*groupMember, 0, len(batch))
+	var rest []*groupMember
+	for _, m := range batch {
+		if m.prefetch == p {
+			front = append(front, m)
+		} else {
+			rest = append(rest, m)
+		}
+	}
+	copy(batch, append(front, rest...))
+	return p, len(front)
+}
+
 // runMember runs member i of a batch after its savepoint, and rolls back to
 // it when the member fails. The failure of an earlier member's deferred
 // write (a *deferredError naming it) is returned as it is, for runGroup to
-// recover from.
-func runMember(ctx context.Context, tx *Tx, i int, m *groupMember) error {
+// recover from. prefetched: the batch's Prefetch read for this member and
+// still holds (Tx.Prefetched, on the member's first attempt only).
+func runMember(ctx context.Context, tx *Tx, i int, m *groupMember, prefetched bool) error {
 	if err := m.ctx.Err(); err != nil {
 		return err
 	}
 	mctx := memberContext{Context: ctx, values: m.ctx}
+	defer func() { tx.prefetched = false }()
 	for attempt := 1; ; attempt++ {
 		tx.startMember(i)
+		// A member run again after a deadlock may have been waiting
+		// behind a change to its own rows: it reads them itself.
+		tx.prefetched = prefetched && attempt == 1
 		err := m.fn(mctx, tx)
 		if f := tx.failed; f != nil {
 			if f.member != i {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -96,41 +95,35 @@ func TestGroupTxMembersShareOneTransaction(t *testing.T) {
 // named by member(i) with member(i)'s context. Any failure fails the test.
 func runBehindBlocker(t *testing.T, ctx context.Context, db *store.DB, key string, n int, member func(i int) (context.Context, string)) {
 	t.Helper()
-	release, blocker := queueBehind(t, ctx, db, key)
-	var wg sync.WaitGroup
-	errc := make(chan error, n)
-	for i := range n {
+	calls := make([]func() error, n)
+	for i := range calls {
 		mctx, id := member(i)
-		wg.Go(func() {
-			errc <- db.InGroupTx(mctx, key, func(ctx context.Context, tx *store.Tx) error {
+		calls[i] = func() error {
+			return db.InGroupTx(mctx, key, func(ctx context.Context, tx *store.Tx) error {
 				return insertMember(ctx, tx, id)
 			})
-		})
-	}
-	waitQueued(t, db, key, n)
-	release()
-	wg.Wait()
-	close(errc)
-	for err := range errc {
-		if err != nil {
-			t.Fatalf("member: %v", err)
 		}
 	}
-	if err := <-blocker; err != nil {
-		t.Fatalf("blocker: %v", err)
+	for i, err := range lineUp(t, ctx, db, key, calls...) {
+		if err != nil {
+			t.Fatalf("member %d: %v", i, err)
+		}
 	}
+}
+
+// lineUp is storetest.LineUp behind a blocker that writes the row
+// "blocker".
+func lineUp(t *testing.T, ctx context.Context, db *store.DB, key string, calls ...func() error) []error {
+	t.Helper()
+	return storetest.LineUp(t, ctx, db, key, func(ctx context.Context, tx *store.Tx) error {
+		return insertMember(ctx, tx, "blocker")
+	}, calls...)
 }
 
 // waitQueued waits until n members of key wait behind the running batch.
 func waitQueued(t *testing.T, db *store.DB, key string, n int) {
 	t.Helper()
-	for range 2000 {
-		if store.GroupPending(db, key) >= n {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("only %d members queued for %s, want %d", store.GroupPending(db, key), key, n)
+	storetest.WaitGroupPending(t, db, key, n)
 }
 
 // TestGroupTxFailingMemberLeavesOthersIntact: a member that fails (here a
@@ -141,10 +134,6 @@ func TestGroupTxFailingMemberLeavesOthersIntact(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	db, rows := groupFixture(t)
-	release, blocker := queueBehind(t, ctx, db, "dept-b")
-
-	results := make([]error, 3)
-	var wg sync.WaitGroup
 	members := []func(ctx context.Context, tx *store.Tx) error{
 		func(ctx context.Context, tx *store.Tx) error { return insertMember(ctx, tx, "ok-1") },
 		func(ctx context.Context, tx *store.Tx) error {
@@ -155,16 +144,11 @@ func TestGroupTxFailingMemberLeavesOthersIntact(t *testing.T) {
 		},
 		func(ctx context.Context, tx *store.Tx) error { return insertMember(ctx, tx, "ok-2") },
 	}
+	calls := make([]func() error, len(members))
 	for i, fn := range members {
-		waitQueued(t, db, "dept-b", i)
-		wg.Go(func() { results[i] = db.InGroupTx(ctx, "dept-b", fn) })
+		calls[i] = func() error { return db.InGroupTx(ctx, "dept-b", fn) }
 	}
-	waitQueued(t, db, "dept-b", len(members))
-	release()
-	wg.Wait()
-	if err := <-blocker; err != nil {
-		t.Fatalf("blocker: %v", err)
-	}
+	results := lineUp(t, ctx, db, "dept-b", calls...)
 	if results[0] != nil || results[2] != nil {
 		t.Fatalf("members beside the failing one failed: %v, %v", results[0], results[2])
 	}

@@ -29,7 +29,8 @@ import (
 type stmt struct {
 	sql  string
 	args []any
-	// member is the group member that queued it (0 outside groups).
+	// member is the group member that queued it (0 outside groups);
+	// memberBegin and memberPrefetch mark the batch's own statements.
 	member int
 	// savepoint marks a member's SAVEPOINT (Tx.savepointSent tells that
 	// the running member's went out).
@@ -37,6 +38,12 @@ type stmt struct {
 	// mapErr turns the statement's error into the caller's (nil: as is).
 	mapErr func(error) error
 }
+
+// The member of statements that belong to no member.
+const (
+	memberBegin    = -1 // BEGIN
+	memberPrefetch = -2 // the savepoint before a batch's prefetch
+)
 
 // deferredError is the error of a statement that ran after the call that
 // queued it: it names the group member it belongs to.
@@ -67,6 +74,8 @@ type Tx struct {
 	// (mapped it by SQLSTATE, say), the group takes the failure from here.
 	failed *deferredError
 	signal bool
+	// prefetched: see Prefetched.
+	prefetched bool
 	// roundTrips counts what the connection is sent, when set (GroupStats).
 	roundTrips *atomic.Uint64
 }
@@ -86,6 +95,12 @@ func beginStatement(o pgx.TxOptions) string {
 	}
 	return s
 }
+
+// Prefetched reports whether the running group member may use what its
+// Prefetch read for it (InGroupTxPrefetched): the read ran in this attempt
+// of the transaction and nothing since undid what the members ahead of it
+// did. Otherwise the member reads for itself.
+func (t *Tx) Prefetched() bool { return t.prefetched }
 
 // SignalCommit asks InTx to notify the DB's CommitSignal once this
 // transaction has committed (nothing happens if it rolls back).
@@ -200,7 +215,7 @@ func (t *Tx) batch() (*pgx.Batch, []stmt) {
 	var sent []stmt
 	if t.begin != "" {
 		b.Queue(t.begin)
-		sent = append(sent, stmt{sql: t.begin, member: -1})
+		sent = append(sent, stmt{sql: t.begin, member: memberBegin})
 		t.begin, t.started = "", true
 	}
 	for _, s := range t.queued {
@@ -220,8 +235,10 @@ func (t *Tx) readQueued(br pgx.BatchResults, sent []stmt) error {
 	for _, s := range sent {
 		if _, err := br.Exec(); err != nil {
 			switch {
-			case s.member < 0:
+			case s.member == memberBegin:
 				return rollbackError{fmt.Errorf("store: begin: %w", err)}
+			case s.member == memberPrefetch:
+				return rollbackError{fmt.Errorf("store: savepoint before the prefetch: %w", err)}
 			case s.savepoint:
 				// Which savepoint is newest is no longer known: the
 				// batch cannot recover a member on its own.
@@ -313,6 +330,24 @@ func (t *Tx) rollbackMember(ctx context.Context) error {
 	return t.rollbackToNewestSavepoint(ctx)
 }
 
+// prefetchSavepoint is the savepoint a batch's prefetch runs after, so that
+// a prefetch that fails can be undone and the members read for themselves.
+const prefetchSavepoint = "group_prefetch"
+
+// queuePrefetchSavepoint queues SAVEPOINT group_prefetch for the next
+// round trip.
+func (t *Tx) queuePrefetchSavepoint() {
+	t.queued = append(t.queued, stmt{sql: `SAVEPOINT ` + prefetchSavepoint, member: memberPrefetch})
+}
+
+// rollbackPrefetch undoes a prefetch that failed (its reads and locks).
+func (t *Tx) rollbackPrefetch(ctx context.Context) error {
+	t.queued, t.failed = nil, nil
+	t.roundTrip()
+	_, err := t.conn.Exec(ctx, `ROLLBACK TO SAVEPOINT `+prefetchSavepoint)
+	return err
+}
+
 // rollbackToNewestSavepoint recovers from a failed round trip whose first
 // failure was an earlier member's queued statement: nothing after it ran,
 // so the newest savepoint that exists is that member's.
@@ -392,6 +427,25 @@ type batchItem struct {
 // QueueRows adds a query whose rows read consumes (it must not close them).
 func (b *Batch) QueueRows(read func(pgx.Rows) error, sql string, args ...any) {
 	b.items = append(b.items, batchItem{sql: sql, args: args, rows: read})
+}
+
+// Guarded queues what queue adds to b, with each read's own failure (a
+// row not found, a scan error) handed to failed instead of failing the
+// batch: the reads after it still run and are read. An error of the
+// server (which ends the transaction) still fails the batch.
+func (b *Batch) Guarded(failed func(error), queue func(*Batch)) {
+	var sub Batch
+	queue(&sub)
+	for _, it := range sub.items {
+		read := it.rows
+		it.rows = func(rows pgx.Rows) error {
+			if err := read(rows); err != nil {
+				failed(err)
+			}
+			return nil
+		}
+		b.items = append(b.items, it)
+	}
 }
 
 // QueueOne adds a single-row read, as GetOne does it: FOR UPDATE when

@@ -1,0 +1,101 @@
+package request
+
+import (
+	"github.com/gpuplane/gpuplane/internal/fleet"
+	"github.com/gpuplane/gpuplane/internal/quota"
+	"github.com/gpuplane/gpuplane/internal/store"
+	"github.com/gpuplane/gpuplane/internal/tenancy"
+	"github.com/gpuplane/gpuplane/internal/virtualcluster"
+)
+
+// approvalPrefetch reads ahead for the approvals of new virtual clusters
+// that meet in one batch of their department's changes (store.Prefetch):
+// for each, what Decide would read first (its request, team and virtual
+// cluster, locked, and what the team holds), in the same lock order
+// (department, then each approval's rows in turn), and the host clusters
+// once for all.
+var approvalPrefetch = &store.Prefetch{Read: readApprovals}
+
+// prefetchedApproval is one approval's part of a prefetch.
+type prefetchedApproval struct {
+	seen Request
+	// What readApprovals read.
+	cur    Request
+	locked lockedRows
+	// failed is the first of its reads that failed (a row not found); its
+	// approval then reads for itself and meets the error there.
+	failed error
+	// again: an earlier approval of the batch is about the same request or
+	// virtual cluster, so this one must see what that one did.
+	again bool
+	batch *approvalBatch
+}
+
+// approvalBatch is what the prefetched approvals of one batch share.
+type approvalBatch struct {
+	hosts []fleet.HostCluster
+	// taken is what the approvals ahead in the batch made each team hold:
+	// the held quota read for an approval does not include it.
+	taken map[string]quota.Resources
+	// stale: an approval ahead changed what taken cannot account for; the
+	// ones after it read for themselves.
+	stale bool
+}
+
+func readApprovals(b *store.Batch, items []any) {
+	batch := &approvalBatch{taken: map[string]quota.Resources{}}
+	first := items[0].(*prefetchedApproval)
+	// All are of one department (the batch's key); its lock comes first,
+	// as in Decide.
+	var budget quota.Resources
+	tenancy.QueueLockDepartment(b, &budget, first.seen.Department)
+	requests, vcs := map[string]bool{}, map[string]bool{}
+	for _, it := range items {
+		p := it.(*prefetchedApproval)
+		*p = prefetchedApproval{seen: p.seen, batch: batch}
+		vc := *p.seen.VirtualCluster
+		if requests[p.seen.ID] || vcs[vc] {
+			p.again = true
+			continue
+		}
+		requests[p.seen.ID], vcs[vc] = true, true
+		b.Guarded(func(err error) {
+			if p.failed == nil {
+				p.failed = err
+			}
+		}, func(b *store.Batch) {
+			QueueGet(b, &p.cur, p.seen.ID, true)
+			tenancy.QueueGetTeam(b, &p.locked.team, p.seen.Team, true)
+			virtualcluster.QueueGet(b, &p.locked.vc, vc, true)
+			virtualcluster.QueueQuotaOfTeam(b, &p.locked.held, p.seen.Team, vc)
+		})
+	}
+	fleet.QueueAll(b, &batch.hosts)
+}
+
+// usable reports whether the approval may decide on what was read for it.
+func (p *prefetchedApproval) usable() bool {
+	return p.batch != nil && !p.again && p.failed == nil && !p.batch.stale
+}
+
+// rows are the approval's locked rows as Decide would have read them now:
+// its team's held quota includes what the approvals ahead of it took.
+func (p *prefetchedApproval) rows() *lockedRows {
+	l := p.locked
+	l.held = l.held.Add(p.batch.taken[p.seen.Team])
+	l.hosts = p.batch.hosts
+	return &l
+}
+
+// approved records, for the prefetched approvals after it in the batch,
+// what the approval r made its team hold: the quota of its virtual
+// cluster, now PROVISIONING on a host cluster, as the held_quota trigger
+// counts it. What it cannot account for makes the rest of the batch read
+// for itself.
+func (p *prefetchedApproval) approved(r Request) {
+	if r.State != StateApproved || r.locked == nil || r.locked.vc.Spec.Sleep || !virtualcluster.PhaseProvisioning.HoldsQuota() {
+		p.batch.stale = true
+		return
+	}
+	p.batch.taken[r.Team] = p.batch.taken[r.Team].Add(r.locked.vc.Spec.Quota)
+}
