@@ -14,7 +14,7 @@ import (
 // cluster, locked, and what the team holds), in the same lock order
 // (department, then each approval's rows in turn), and the host clusters
 // once for all.
-var approvalPrefetch = &store.Prefetch{Read: readApprovals}
+var approvalPrefetch = &store.Prefetch{Read: readApprovals, Done: approved}
 
 // prefetchedApproval is one approval's part of a prefetch.
 type prefetchedApproval struct {
@@ -29,6 +29,8 @@ type prefetchedApproval struct {
 	// virtual cluster, so this one must see what that one did.
 	again bool
 	batch *approvalBatch
+	// result is the request as the approval left it (Decide sets it).
+	result Request
 }
 
 // approvalBatch is what the prefetched approvals of one batch share.
@@ -87,15 +89,56 @@ func (p *prefetchedApproval) rows() *lockedRows {
 	return &l
 }
 
-// approved records, for the prefetched approvals after it in the batch,
-// what the approval r made its team hold: the quota of its virtual
-// cluster, now PROVISIONING on a host cluster, as the held_quota trigger
-// counts it. What it cannot account for makes the rest of the batch read
-// for itself.
-func (p *prefetchedApproval) approved(r Request) {
+// approved records, for the approvals after it in the batch, what a
+// successful approval (prefetched or not) made its team hold: the quota of
+// its virtual cluster, now PROVISIONING on a host cluster, as the
+// held_quota trigger counts it. What it cannot account for makes the rest
+// of the batch read for itself.
+func approved(item any) {
+	p := item.(*prefetchedApproval)
+	r := p.result
 	if r.State != StateApproved || r.locked == nil || r.locked.vc.Spec.Sleep || !virtualcluster.PhaseProvisioning.HoldsQuota() {
 		p.batch.stale = true
 		return
 	}
 	p.batch.taken[r.Team] = p.batch.taken[r.Team].Add(r.locked.vc.Spec.Quota)
+}
+
+// Creates reads ahead for the request creates that meet in one batch of
+// their department's changes (store.Prefetch): what each reads first, the
+// department (locked) and the enabled approval policies, is the same for
+// all of them and read once. Neither changes within the batch: department
+// budgets and policies are changed outside the department's batches.
+var Creates = &store.Prefetch{Read: readCreates}
+
+// CreateAhead is one request create's part of a Creates prefetch (pass
+// the same one to store.DB.InGroupTxPrefetched and Service.CreateAhead).
+type CreateAhead struct {
+	dept  string
+	batch *createBatch
+}
+
+type createBatch struct {
+	budget quota.Resources
+	pols   []Policy
+}
+
+// NewCreateAhead is the CreateAhead of a request of a team of dept.
+func NewCreateAhead(dept string) *CreateAhead { return &CreateAhead{dept: dept} }
+
+func readCreates(b *store.Batch, items []any) {
+	batch := &createBatch{}
+	tenancy.QueueLockDepartment(b, &batch.budget, items[0].(*CreateAhead).dept)
+	queueEnabledPolicies(b, &batch.pols)
+	for _, it := range items {
+		it.(*CreateAhead).batch = batch
+	}
+}
+
+// ahead returns what was read for the create, when tx says it holds.
+func (c *CreateAhead) ahead(tx *store.Tx) (quota.Resources, []Policy, bool) {
+	if c == nil || c.batch == nil || !tx.Prefetched() {
+		return quota.Resources{}, nil, false
+	}
+	return c.batch.budget, c.batch.pols, true
 }

@@ -323,3 +323,43 @@ func TestApprovalsOfOneRequestInOneBatch(t *testing.T) {
 	}
 	f.checkHeld(2)
 }
+
+// Request creates that meet in one batch read the department and the
+// approval policies once (request.Creates) and behave as one after the
+// other: a matching policy approves each that fits, in turn (two 2-GPU
+// virtual clusters fill the 4-GPU team, the third stays pending), and a
+// second request for the same virtual cluster name is refused.
+func TestRequestCreatesInOneBatch(t *testing.T) {
+	f := newFixture(t)
+	f.must(f.db.InTx(f.ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+		_, err := request.CreatePolicy(ctx, tx, alice, "", request.Policy{ID: "small", Expression: "request.gpu_delta <= 2.0"})
+		return err
+	}))
+	created := make([]request.Request, 4)
+	create := func(i int, vc string) func() error {
+		c := request.NewCreateAhead("research")
+		return func() error {
+			return f.db.InGroupTxPrefetched(f.ctx, tenancy.DepartmentGroup("research"), request.Creates, c, func(ctx context.Context, tx *store.Tx) error {
+				var err error
+				created[i], err = f.svc.CreateAhead(ctx, tx, bob, "", f.team, "test", createVC(vc, 2, nil), c)
+				return err
+			})
+		}
+	}
+	results := storetest.LineUp(t, f.ctx, f.db, tenancy.DepartmentGroup("research"), nil,
+		create(0, "one"), create(1, "two"), create(2, "one"), create(3, "three"))
+	if results[0] != nil || results[1] != nil || results[3] != nil {
+		t.Fatalf("creates: %v", results)
+	}
+	if errs.KindOf(results[2]) != errs.KindAlreadyExists {
+		t.Errorf("second request for virtual cluster one: %v, want already exists", results[2])
+	}
+	for i, want := range map[int]request.State{0: request.StateApproved, 1: request.StateApproved, 3: request.StatePending} {
+		got, err := request.Get(f.ctx, f.db, created[i].ID, false)
+		f.must(err)
+		if got.State != want {
+			t.Errorf("request %d (%s) is %s, want %s", i, created[i].VirtualClusterID(), got.State, want)
+		}
+	}
+	f.checkHeld(4)
+}

@@ -75,16 +75,24 @@ func record(ctx context.Context, tx *store.Tx, actor reqctx.Principal, action, r
 // cluster in PENDING_APPROVAL for a create) and lets the approval policies
 // decide it at once.
 func (s *Service) Create(ctx context.Context, tx *store.Tx, actor reqctx.Principal, requestID string, team tenancy.Team, justification string, p Payload) (Request, error) {
-	// Locking the department first keeps one lock order (department ->
-	// request -> virtual cluster) everywhere, so approvals never deadlock.
-	// The approval policies are read in the same round trip.
-	var b store.Batch
-	var budget quota.Resources
-	var pols []Policy
-	tenancy.QueueLockDepartment(&b, &budget, team.Department)
-	queueEnabledPolicies(&b, &pols)
-	if err := tx.Send(ctx, &b); err != nil {
-		return Request{}, err
+	return s.CreateAhead(ctx, tx, actor, requestID, team, justification, p, nil)
+}
+
+// CreateAhead is Create for a create whose reads Creates may have made (c,
+// nil when not run with it).
+func (s *Service) CreateAhead(ctx context.Context, tx *store.Tx, actor reqctx.Principal, requestID string, team tenancy.Team, justification string, p Payload,
+	c *CreateAhead) (Request, error) {
+	budget, pols, ok := c.ahead(tx)
+	if !ok {
+		// Locking the department first keeps one lock order (department
+		// -> request -> virtual cluster) everywhere, so approvals never
+		// deadlock. The approval policies are read in the same round trip.
+		var b store.Batch
+		tenancy.QueueLockDepartment(&b, &budget, team.Department)
+		queueEnabledPolicies(&b, &pols)
+		if err := tx.Send(ctx, &b); err != nil {
+			return Request{}, err
+		}
 	}
 	var vc *virtualcluster.VirtualCluster
 	if p.Create != nil {
@@ -159,10 +167,8 @@ func (s *Service) Decide(ctx context.Context, seen Request, etag string, approvi
 		if err := apply(ctx, tx, &cur); err != nil {
 			return err
 		}
-		if ahead != nil && ahead.batch != nil {
-			// Prefetched or not, the approvals after it in the batch
-			// must count what it took.
-			ahead.approved(cur)
+		if ahead != nil {
+			ahead.result = cur
 		}
 		out = cur
 		return nil

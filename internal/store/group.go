@@ -72,6 +72,14 @@ type Prefetch struct {
 	// missing row does not fail the others; its member then reads for
 	// itself. Read runs again on every attempt of the transaction.
 	Read func(b *Batch, items []any)
+	// Done, when set, runs after each member that shares the Prefetch and
+	// succeeded while the prefetch holds (whether it used what was read
+	// for it or read for itself), before the next member runs: that is
+	// where what it changed is added to what Read handed the members after
+	// it. A member that failed changed nothing; one whose deferred write
+	// fails later is rolled back, and the prefetch no longer holds for the
+	// members after it.
+	Done func(item any)
 }
 
 type groups struct {
@@ -278,6 +286,9 @@ func (db *DB) runGroup(batch []*groupMember, executed func()) {
 			var err error
 			if i < len(batch) {
 				err = runMember(ctx, tx, i, batch[i], valid && i < prefetched)
+				if err == nil && valid && i < prefetched && prefetch.Done != nil {
+					prefetch.Done(batch[i].item)
+				}
 			} else {
 				// The last members' deferred writes, before COMMIT, so
 				// that a failure among them is still one member's.

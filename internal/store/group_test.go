@@ -53,18 +53,10 @@ func insertMember(ctx context.Context, tx *store.Tx, id string) error {
 // next batch; it returns once that member is running.
 func queueBehind(t *testing.T, ctx context.Context, db *store.DB, key string) (release func(), done <-chan error) {
 	t.Helper()
-	running, hold := make(chan struct{}), make(chan struct{})
-	errc := make(chan error, 1)
-	go func() {
-		errc <- db.InGroupTx(ctx, key, func(ctx context.Context, tx *store.Tx) error {
-			close(running)
-			<-hold
-			return insertMember(ctx, tx, "blocker")
-		})
-	}()
-	<-running
-	return func() { close(hold) }, errc
+	return storetest.HoldGroup(t, ctx, db, key, insertBlocker)
 }
+
+func insertBlocker(ctx context.Context, tx *store.Tx) error { return insertMember(ctx, tx, "blocker") }
 
 // TestGroupTxMembersShareOneTransaction: what queues behind a running
 // batch commits in one transaction, each member with its own values.
@@ -115,9 +107,7 @@ func runBehindBlocker(t *testing.T, ctx context.Context, db *store.DB, key strin
 // "blocker".
 func lineUp(t *testing.T, ctx context.Context, db *store.DB, key string, calls ...func() error) []error {
 	t.Helper()
-	return storetest.LineUp(t, ctx, db, key, func(ctx context.Context, tx *store.Tx) error {
-		return insertMember(ctx, tx, "blocker")
-	}, calls...)
+	return storetest.LineUp(t, ctx, db, key, insertBlocker, calls...)
 }
 
 // waitQueued waits until n members of key wait behind the running batch.

@@ -38,7 +38,7 @@ type prefetchLog struct {
 
 func newPrefetchLog(sql string) *prefetchLog {
 	l := &prefetchLog{sql: sql}
-	l.p = &store.Prefetch{Read: func(b *store.Batch, items []any) {
+	l.p = &store.Prefetch{Done: func(item any) { l.record("done " + item.(*readAhead).id) }, Read: func(b *store.Batch, items []any) {
 		var ids []string
 		for _, it := range items {
 			ra := it.(*readAhead)
@@ -147,9 +147,9 @@ func TestPrefetchReadsAheadForTheBatch(t *testing.T) {
 		}
 	}
 	l.check(t, "[[p0 p1 p2]]",
-		"p0 prefetched=true got=p0-seen",
-		"p1 prefetched=true got=(no row)",
-		"p2 prefetched=true got=p2-seen",
+		"p0 prefetched=true got=p0-seen", "done p0",
+		"p1 prefetched=true got=(no row)", "done p1",
+		"p2 prefetched=true got=p2-seen", "done p2",
 		"plain prefetched=false")
 	got := db.GroupStats()
 	// The blocker: its insert and COMMIT, 2 round trips.
@@ -198,10 +198,12 @@ func TestPrefetchGivesWayAfterAnEarlierMemberRollsBack(t *testing.T) {
 	if results[0] != nil || results[2] != nil || !errors.As(results[1], &pgErr) || pgErr.Code != pgerrcode.UniqueViolation {
 		t.Fatalf("results %v, want nil, a unique violation, nil", results)
 	}
+	// Done follows each callback that succeeded; m1's write fails only
+	// at the flush, after which nothing prefetched is used again.
 	l.check(t, "[[taken m1 m2]]",
-		"taken prefetched=true got=taken-seen",
-		"m1 prefetched=true got=(no row)",
-		"m2 prefetched=true got=(no row)",
+		"taken prefetched=true got=taken-seen", "done taken",
+		"m1 prefetched=true got=(no row)", "done m1",
+		"m2 prefetched=true got=(no row)", "done m2",
 		"m2 prefetched=false got=(no row)")
 	if got := fmt.Sprint(rows(ctx, "")); got != "[blocker m0 m2 taken]" {
 		t.Errorf("rows: %s, want [blocker m0 m2 taken]", got)
@@ -270,11 +272,12 @@ func TestPrefetchedMemberRetriedReadsItself(t *testing.T) {
 			t.Fatalf("member %d: %v", i, err)
 		}
 	}
+	// Done follows the member's success, not its failed first run.
 	l.check(t, "[[d0 d1 d2]]",
-		"d0 prefetched=true got=d0-seen",
+		"d0 prefetched=true got=d0-seen", "done d0",
 		"d1 prefetched=true got=d1-seen",
-		"d1 prefetched=false got=d1-seen",
-		"d2 prefetched=true got=d2-seen")
+		"d1 prefetched=false got=d1-seen", "done d1",
+		"d2 prefetched=true got=d2-seen", "done d2")
 	if got := fmt.Sprint(rows(ctx, "")); got != "[blocker d0 d0-done d1 d1-done d2 d2-done]" {
 		t.Errorf("rows: %s", got)
 	}

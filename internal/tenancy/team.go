@@ -147,6 +147,13 @@ func (t Team) Snapshot() any {
 // CreateTeam stores a team whose quota fits its department's budget and
 // its node pool (t.Pool, from ResolvePool; empty: the tier's default).
 func (s *Service) CreateTeam(ctx context.Context, tx *store.Tx, actor reqctx.Principal, requestID string, t Team) (Team, error) {
+	return s.CreateTeamAhead(ctx, tx, actor, requestID, t, nil)
+}
+
+// CreateTeamAhead is CreateTeam for a create whose reads TeamChanges may
+// have made (c, nil when not run with it).
+func (s *Service) CreateTeamAhead(ctx context.Context, tx *store.Tx, actor reqctx.Principal, requestID string, t Team, c *TeamChange) (Team, error) {
+	c.changed(quota.Resources{}, quota.Resources{})
 	if t.Pool == "" {
 		var v errs.Violations
 		t.Pool, _ = ResolvePool(&v, "team.node_pool", t.Tier, t.ID, "")
@@ -157,7 +164,7 @@ func (s *Service) CreateTeam(ctx context.Context, tx *store.Tx, actor reqctx.Pri
 	// must still exist: the foreign key checks that, under a share lock
 	// that a concurrent DeleteDepartment's row lock excludes.
 	if !t.Quota.IsZero() {
-		if err := s.checkNewTeamFits(ctx, tx, t); err != nil {
+		if err := s.checkNewTeamFits(ctx, tx, t, c); err != nil {
 			return t, err
 		}
 	}
@@ -165,18 +172,24 @@ func (s *Service) CreateTeam(ctx context.Context, tx *store.Tx, actor reqctx.Pri
 	if err != nil {
 		return row, err
 	}
-	return row, record(ctx, tx, actor, "CreateTeam", row.Name(), requestID, row.Department, row.ID, nil, row.Snapshot())
+	if err := record(ctx, tx, actor, "CreateTeam", row.Name(), requestID, row.Department, row.ID, nil, row.Snapshot()); err != nil {
+		return row, err
+	}
+	c.changed(quota.Resources{}, row.Quota)
+	return row, nil
 }
 
 // checkNewTeamFits locks t's department and pool and checks that t's quota
-// fits both.
-func (s *Service) checkNewTeamFits(ctx context.Context, tx *store.Tx, t Team) error {
-	var b store.Batch
-	var budget, assigned quota.Resources
-	QueueLockDepartment(&b, &budget, t.Department)
-	queueAssignedExcept(&b, &assigned, t.Department, t.ID)
-	if err := tx.Send(ctx, &b); err != nil {
-		return err
+// fits both (c: as for CreateTeamAhead).
+func (s *Service) checkNewTeamFits(ctx context.Context, tx *store.Tx, t Team, c *TeamChange) error {
+	budget, assigned, ok := c.ahead(tx)
+	if !ok {
+		var b store.Batch
+		QueueLockDepartment(&b, &budget, t.Department)
+		queueAssignedExcept(&b, &assigned, t.Department, t.ID)
+		if err := tx.Send(ctx, &b); err != nil {
+			return err
+		}
 	}
 	path := []quota.Node{{Level: quota.LevelDepartment, Name: names.Department(t.Department), Capacity: budget, Used: assigned}}
 	if pn, ok, err := s.PoolNode(ctx, tx, t.Pool, t.ID); err != nil {
@@ -192,19 +205,32 @@ func (s *Service) checkNewTeamFits(ctx context.Context, tx *store.Tx, t Team) er
 // node pool) and stores it; the team's virtual clusters are re-applied
 // (their parent queue, or their pool, changed).
 func (s *Service) UpdateTeam(ctx context.Context, tx *store.Tx, actor reqctx.Principal, id, dept, etag string, quotaChanges bool, change func(cur Team, next *Team) error) (Team, error) {
-	// One round trip for what the checks below read, in lock order
-	// (department, then team): the sums are read under both locks.
-	var b store.Batch
+	return s.UpdateTeamAhead(ctx, tx, actor, id, dept, etag, quotaChanges, change, nil)
+}
+
+// UpdateTeamAhead is UpdateTeam for an update whose reads TeamChanges may
+// have made (c, nil when not run with it).
+func (s *Service) UpdateTeamAhead(ctx context.Context, tx *store.Tx, actor reqctx.Principal, id, dept, etag string, quotaChanges bool,
+	change func(cur Team, next *Team) error, c *TeamChange) (Team, error) {
+	c.changed(quota.Resources{}, quota.Resources{})
 	var budget, assigned, children quota.Resources
 	var cur Team
-	QueueLockDepartment(&b, &budget, dept)
-	QueueGetTeam(&b, &cur, id, true)
-	if quotaChanges {
-		queueAssignedExcept(&b, &assigned, dept, id)
-		virtualcluster.QueueQuotaOfTeam(&b, &children, id, "")
-	}
-	if err := tx.Send(ctx, &b); err != nil {
-		return cur, err
+	var ok bool
+	if budget, assigned, ok = c.ahead(tx); ok {
+		cur, children = c.cur, c.children
+	} else {
+		// One round trip for what the checks below read, in lock order
+		// (department, then team): the sums are read under both locks.
+		var b store.Batch
+		QueueLockDepartment(&b, &budget, dept)
+		QueueGetTeam(&b, &cur, id, true)
+		if quotaChanges {
+			queueAssignedExcept(&b, &assigned, dept, id)
+			virtualcluster.QueueQuotaOfTeam(&b, &children, id, "")
+		}
+		if err := tx.Send(ctx, &b); err != nil {
+			return cur, err
+		}
 	}
 	if err := store.CheckEtag(cur.Name(), etag, cur.Etag()); err != nil {
 		return cur, err
@@ -253,7 +279,11 @@ func (s *Service) UpdateTeam(ctx context.Context, tx *store.Tx, actor reqctx.Pri
 	if err := workqueue.EnqueueTeam(ctx, tx, cur.ID); err != nil {
 		return row, err
 	}
-	return row, record(ctx, tx, actor, "UpdateTeam", row.Name(), "", cur.Department, cur.ID, cur.Snapshot(), row.Snapshot())
+	if err := record(ctx, tx, actor, "UpdateTeam", row.Name(), "", cur.Department, cur.ID, cur.Snapshot(), row.Snapshot()); err != nil {
+		return row, err
+	}
+	c.changed(cur.Quota, row.Quota)
+	return row, nil
 }
 
 // SetTeamQuota applies an approved CHANGE_TEAM_QUOTA request (the caller

@@ -275,3 +275,66 @@ func sameGrants(a, b []tenancy.Grant) bool {
 	}
 	return true
 }
+
+// Team creates and updates that meet in one batch of their department's
+// changes read ahead together (tenancy.TeamChanges) and still take the
+// department's budget in turn, each seeing what the ones ahead of it
+// moved: in a 4-GPU department with teams a and b (1 GPU each), a grows
+// to 2, b's growth to 3 no longer fits, a grows again to 3 (the same team
+// twice: it reads for itself), and a new 1-GPU team c no longer fits.
+func TestTeamChangesInOneBatchTakeTheBudgetInTurn(t *testing.T) {
+	f := newFixture(t)
+	f.must(f.department("lab", gpus(4)))
+	f.must(f.team("a", "lab", tenancy.TierShared, gpus(1)))
+	f.must(f.team("b", "lab", tenancy.TierShared, gpus(1)))
+	update := func(id string, q quota.Resources) func() error {
+		c := tenancy.NewTeamUpdate("lab", id)
+		return func() error {
+			return f.db.InGroupTxPrefetched(f.ctx, tenancy.DepartmentGroup("lab"), tenancy.TeamChanges, c, func(ctx context.Context, tx *store.Tx) error {
+				_, err := f.svc.UpdateTeamAhead(ctx, tx, alice, id, "lab", "", true, func(_ tenancy.Team, next *tenancy.Team) error {
+					next.Quota = q
+					return nil
+				}, c)
+				return err
+			})
+		}
+	}
+	create := func(id string, q quota.Resources) func() error {
+		team := tenancy.Team{ID: id, Department: "lab", Tier: tenancy.TierShared, Quota: q}
+		c := tenancy.NewTeamCreate(team)
+		return func() error {
+			return f.db.InGroupTxPrefetched(f.ctx, tenancy.DepartmentGroup("lab"), tenancy.TeamChanges, c, func(ctx context.Context, tx *store.Tx) error {
+				_, err := f.svc.CreateTeamAhead(ctx, tx, alice, "", team, c)
+				return err
+			})
+		}
+	}
+	before := f.db.GroupStats()
+	results := storetest.LineUp(t, f.ctx, f.db, tenancy.DepartmentGroup("lab"), nil,
+		update("a", gpus(2)), update("b", gpus(3)), update("a", gpus(3)), create("c", gpus(1)))
+	if results[0] != nil || results[2] != nil {
+		t.Fatalf("results %v: a's growths must fit", results)
+	}
+	wantReason(t, results[1], errs.KindFailedPrecondition, errs.ReasonQuotaExceeded)
+	wantReason(t, results[3], errs.KindFailedPrecondition, errs.ReasonQuotaExceeded)
+	if got := f.db.GroupStats(); got.Batches-before.Batches != 2 || got.Members-before.Members != 5 {
+		t.Errorf("batches %+v -> %+v, want the four changes in one batch", before, got)
+	}
+	// a was changed twice (version 3), b not at all.
+	for id, want := range map[string]struct {
+		q       quota.Resources
+		version int64
+	}{"a": {gpus(3), 3}, "b": {gpus(1), 1}} {
+		team, err := tenancy.GetTeam(f.ctx, f.db, id, false)
+		f.must(err)
+		if team.Quota != want.q || team.Version != want.version {
+			t.Errorf("team %s has %v at version %d, want %v at %d", id, team.Quota, team.Version, want.q, want.version)
+		}
+	}
+	if _, err := tenancy.GetTeam(f.ctx, f.db, "c", false); errs.KindOf(err) != errs.KindNotFound {
+		t.Errorf("team c: %v, want it not created", err)
+	}
+	if assigned, err := tenancy.ChildrenOfDepartment(f.ctx, f.db, "lab"); err != nil || assigned != gpus(4) {
+		t.Errorf("lab's teams are assigned %v (%v), want 4 GPUs", assigned, err)
+	}
+}

@@ -21,8 +21,15 @@ import (
 // an advisory lock, so the second waits for the first and then replays it.
 func create[T proto.Message](ctx context.Context, db *store.DB, group, caller, method, requestID string, req proto.Message,
 	newResp func() T, fn func(ctx context.Context, tx *store.Tx) (T, error)) (T, error) {
+	return createAhead(ctx, db, group, nil, nil, caller, method, requestID, req, newResp, fn)
+}
+
+// createAhead is create with the change's reads made ahead by p for its
+// item (store.DB.InGroupTxPrefetched; p nil: none).
+func createAhead[T proto.Message](ctx context.Context, db *store.DB, group string, p *store.Prefetch, item any, caller, method, requestID string,
+	req proto.Message, newResp func() T, fn func(ctx context.Context, tx *store.Tx) (T, error)) (T, error) {
 	var out T
-	err := db.InGroupTx(ctx, group, func(ctx context.Context, tx *store.Tx) error {
+	err := inGroup(ctx, db, group, p, item, func(ctx context.Context, tx *store.Tx) error {
 		var err error
 		out, err = idempotent(ctx, tx, caller, method, requestID, req, newResp, func() (T, error) { return fn(ctx, tx) })
 		return err
@@ -75,11 +82,24 @@ func idempotent[T proto.Message](ctx context.Context, tx *store.Tx, caller, meth
 // mutate runs fn in one transaction (of group, as for create) and returns
 // its answer (updates and deletes: no request_id).
 func mutate[T any](ctx context.Context, db *store.DB, group string, fn func(ctx context.Context, tx *store.Tx) (T, error)) (T, error) {
+	return mutateAhead(ctx, db, group, nil, nil, fn)
+}
+
+// mutateAhead is mutate with reads made ahead, as for createAhead.
+func mutateAhead[T any](ctx context.Context, db *store.DB, group string, p *store.Prefetch, item any, fn func(ctx context.Context, tx *store.Tx) (T, error)) (T, error) {
 	var out T
-	err := db.InGroupTx(ctx, group, func(ctx context.Context, tx *store.Tx) error {
+	err := inGroup(ctx, db, group, p, item, func(ctx context.Context, tx *store.Tx) error {
 		var err error
 		out, err = fn(ctx, tx)
 		return err
 	})
 	return out, err
+}
+
+// inGroup is store.DB.InGroupTx, or InGroupTxPrefetched when p is set.
+func inGroup(ctx context.Context, db *store.DB, group string, p *store.Prefetch, item any, fn func(ctx context.Context, tx *store.Tx) error) error {
+	if p == nil {
+		return db.InGroupTx(ctx, group, fn)
+	}
+	return db.InGroupTxPrefetched(ctx, group, p, item, fn)
 }

@@ -279,10 +279,11 @@ func (s *Requests) CreateRequest(ctx context.Context, req *pb.CreateRequestReque
 	if err != nil {
 		return nil, err
 	}
-	return create(ctx, s.db, tenancy.DepartmentGroup(team.Department), a.Principal.Subject, "CreateRequest", req.GetRequestId(), req,
+	ahead := request.NewCreateAhead(team.Department)
+	return createAhead(ctx, s.db, tenancy.DepartmentGroup(team.Department), request.Creates, ahead, a.Principal.Subject, "CreateRequest", req.GetRequestId(), req,
 		func() *pb.Request { return &pb.Request{} },
 		func(ctx context.Context, tx *store.Tx) (*pb.Request, error) {
-			row, err := s.requests.Create(ctx, tx, a.Principal, req.GetRequestId(), team, r.GetJustification(), p)
+			row, err := s.requests.CreateAhead(ctx, tx, a.Principal, req.GetRequestId(), team, r.GetJustification(), p, ahead)
 			if err != nil {
 				return nil, err
 			}

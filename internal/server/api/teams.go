@@ -90,11 +90,17 @@ func (s *Teams) CreateTeam(ctx context.Context, req *pb.CreateTeamRequest) (*pb.
 	if customPool && !a.PlatformAdmin {
 		return nil, tenancy.CustomPoolDenied(req.GetTeamId())
 	}
-	return create(ctx, s.db, tenancy.DepartmentGroup(dept), a.Principal.Subject, "CreateTeam", req.GetRequestId(), req,
+	team := tenancy.Team{ID: req.GetTeamId(), Department: dept, DisplayName: t.GetDisplayName(), Tier: tier, Pool: pool, Quota: q, AutoSleepAfter: autoSleep}
+	// A team without quota takes no department lock: nothing to read ahead.
+	var p *store.Prefetch
+	var ahead *tenancy.TeamChange
+	if !q.IsZero() {
+		p, ahead = tenancy.TeamChanges, tenancy.NewTeamCreate(team)
+	}
+	return createAhead(ctx, s.db, tenancy.DepartmentGroup(dept), p, ahead, a.Principal.Subject, "CreateTeam", req.GetRequestId(), req,
 		func() *pb.Team { return &pb.Team{} },
 		func(ctx context.Context, tx *store.Tx) (*pb.Team, error) {
-			row, err := s.tenancy.CreateTeam(ctx, tx, a.Principal, req.GetRequestId(), tenancy.Team{
-				ID: req.GetTeamId(), Department: dept, DisplayName: t.GetDisplayName(), Tier: tier, Pool: pool, Quota: q, AutoSleepAfter: autoSleep})
+			row, err := s.tenancy.CreateTeamAhead(ctx, tx, a.Principal, req.GetRequestId(), team, ahead)
 			if err != nil {
 				return nil, err
 			}
@@ -130,8 +136,9 @@ func (s *Teams) UpdateTeam(ctx context.Context, req *pb.UpdateTeamRequest) (*pb.
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
-	return mutate(ctx, s.db, tenancy.DepartmentGroup(cur.Department), func(ctx context.Context, tx *store.Tx) (*pb.Team, error) {
-		row, err := s.tenancy.UpdateTeam(ctx, tx, a.Principal, cur.ID, cur.Department, t.GetEtag(), paths["quota"], func(cur tenancy.Team, next *tenancy.Team) error {
+	ahead := tenancy.NewTeamUpdate(cur.Department, cur.ID)
+	return mutateAhead(ctx, s.db, tenancy.DepartmentGroup(cur.Department), tenancy.TeamChanges, ahead, func(ctx context.Context, tx *store.Tx) (*pb.Team, error) {
+		row, err := s.tenancy.UpdateTeamAhead(ctx, tx, a.Principal, cur.ID, cur.Department, t.GetEtag(), paths["quota"], func(cur tenancy.Team, next *tenancy.Team) error {
 			if dept := names.Department(cur.Department); (t.GetDepartment() != "" || slices.Contains(req.GetUpdateMask().GetPaths(), "department")) && t.GetDepartment() != dept {
 				return errs.InvalidField("team.department", "a team cannot move to another department (it is %s)", dept)
 			}
@@ -164,7 +171,7 @@ func (s *Teams) UpdateTeam(ctx context.Context, req *pb.UpdateTeamRequest) (*pb.
 				next.Pool = pool
 			}
 			return nil
-		})
+		}, ahead)
 		if err != nil {
 			return nil, err
 		}
