@@ -390,6 +390,7 @@ func (f *appFixture) groupShape(b *testing.B, fn func()) {
 	if batches > 0 && members > 0 {
 		b.ReportMetric(float64(members)/float64(batches), "members/batch")
 		b.ReportMetric(float64(after.RoundTrips-before.RoundTrips)/float64(members), "trips/member")
+		b.ReportMetric(float64(after.SetFlushes-before.SetFlushes)/float64(batches), "setflushes/batch")
 	}
 }
 

@@ -68,6 +68,12 @@ func groupCommitCollectors(db *store.DB) []prometheus.Collector {
 		counter("gpuplane_store_group_round_trips_total",
 			"Round trips to PostgreSQL of group-commit transactions, BEGIN to COMMIT, retries included.",
 			func(s store.GroupStats) uint64 { return s.RoundTrips }),
+		counter("gpuplane_store_group_set_flushes_total",
+			"Group-commit transactions that wrote all their members' last writes in one statement per kind of write.",
+			func(s store.GroupStats) uint64 { return s.SetFlushes }),
+		counter("gpuplane_store_group_set_fallbacks_total",
+			"Group-commit transactions whose one-statement writes failed and were undone, each member's writes then sent on their own.",
+			func(s store.GroupStats) uint64 { return s.SetFallbacks }),
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,6 +43,61 @@ func toJSON(v any) ([]byte, error) {
 		return nil, nil
 	}
 	return json.Marshal(v)
+}
+
+// goneLiteral is virtualcluster.GonePhases as an SQL array literal (the
+// phases are the package's constants, never input), so that the set form
+// of the insert needs no argument that is the same for every row.
+var goneLiteral = "'{" + strings.Join(virtualcluster.GonePhases, ",") + "}'::text[]"
+
+// recordEvent inserts one event ($1 actor, $2 its groups as a JSON array,
+// $3 action, $4 resource, $5 request id, $6 correlation id, $7 department,
+// $8 team, $9 before, $10 after, $11 event type), or, as Many, one per
+// element of those arrays, ids drawn in the arrays' order (the planner
+// evaluates nextval after ORDER BY's sort).
+var recordEvent = &store.SetWrite{
+	One: `
+		WITH d AS (SELECT uid FROM departments WHERE id = $7),
+		     t AS (SELECT uid FROM teams WHERE id = $8),
+		     v AS (SELECT uid FROM virtual_clusters
+		            WHERE team_id = $8 AND $4 LIKE 'teams/%/virtualClusters/%' AND id = split_part($4, '/', 4)
+		            ORDER BY phase = ANY(` + goneLiteral + `), create_time DESC, uid LIMIT 1)
+		INSERT INTO audit_events (id, time, actor, actor_groups, action, resource, request_id, correlation_id,
+		                          department_id, team_id, before, after, department_uid, team_uid, resource_uid, event_type)
+		VALUES (0 * length(pg_current_xact_id()::text) + nextval('audit_events_id_seq'), clock_timestamp(), $1,
+		        ARRAY(SELECT jsonb_array_elements_text($2::jsonb)), $3, $4, $5, $6, $7, $8, $9, $10,
+		        (SELECT uid FROM d), (SELECT uid FROM t),
+		        CASE WHEN $4 = 'teams/' || $8 THEN (SELECT uid FROM t)
+		             WHEN $8 = '' AND $4 = 'departments/' || $7 THEN (SELECT uid FROM d)
+		             WHEN $4 = 'teams/' || $8 || '/virtualClusters/' || split_part($4, '/', 4) THEN (SELECT uid FROM v)
+		        END, $11)`,
+	Many: `
+		INSERT INTO audit_events (id, time, actor, actor_groups, action, resource, request_id, correlation_id,
+		                          department_id, team_id, before, after, department_uid, team_uid, resource_uid, event_type)
+		SELECT 0 * length(pg_current_xact_id()::text) + nextval('audit_events_id_seq'), clock_timestamp(), e.actor,
+		       ARRAY(SELECT jsonb_array_elements_text(e.groups)), e.action, e.resource, e.request_id, e.correlation_id,
+		       e.department, e.team, e.before, e.after, d.uid, t.uid,
+		       CASE WHEN e.resource = 'teams/' || e.team THEN t.uid
+		            WHEN e.team = '' AND e.resource = 'departments/' || e.department THEN d.uid
+		            WHEN e.resource = 'teams/' || e.team || '/virtualClusters/' || split_part(e.resource, '/', 4) THEN
+		              (SELECT uid FROM virtual_clusters
+		                WHERE team_id = e.team AND e.resource LIKE 'teams/%/virtualClusters/%' AND id = split_part(e.resource, '/', 4)
+		                ORDER BY phase = ANY(` + goneLiteral + `), create_time DESC, uid LIMIT 1)
+		       END, e.event_type
+		  FROM unnest($1::text[], $2::jsonb[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+		              $9::jsonb[], $10::jsonb[], $11::text[])
+		       WITH ORDINALITY AS e(actor, groups, action, resource, request_id, correlation_id, department, team,
+		                            before, after, event_type, n)
+		  LEFT JOIN departments d ON d.id = e.department
+		  LEFT JOIN teams t ON t.id = e.team
+		 ORDER BY e.n`,
+}
+
+// groupsJSON is an actor's groups as a JSON array (arrays of arrays of
+// different lengths cannot be an SQL argument; JSON can).
+func groupsJSON(groups []string) []byte {
+	b, _ := json.Marshal(groups) // a []string always marshals
+	return b
 }
 
 // Record inserts e using tx; the correlation id is the API call's id from
@@ -86,22 +142,10 @@ func Record(ctx context.Context, tx *store.Tx, e Event) error {
 	// team; its department's admins still do by the department).
 	// Sent with the transaction's next statement or its COMMIT: nothing
 	// reads the row back, and a failure still fails the change it records.
-	tx.ExecDeferred(`
-		WITH d AS (SELECT uid FROM departments WHERE id = $7),
-		     t AS (SELECT uid FROM teams WHERE id = $8),
-		     v AS (SELECT uid FROM virtual_clusters
-		            WHERE team_id = $8 AND $4 LIKE 'teams/%/virtualClusters/%' AND id = split_part($4, '/', 4)
-		            ORDER BY phase = ANY($11), create_time DESC, uid LIMIT 1)
-		INSERT INTO audit_events (id, time, actor, actor_groups, action, resource, request_id, correlation_id,
-		                          department_id, team_id, before, after, department_uid, team_uid, resource_uid, event_type)
-		VALUES (0 * length(pg_current_xact_id()::text) + nextval('audit_events_id_seq'), clock_timestamp(), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
-		        (SELECT uid FROM d), (SELECT uid FROM t),
-		        CASE WHEN $4 = 'teams/' || $8 THEN (SELECT uid FROM t)
-		             WHEN $8 = '' AND $4 = 'departments/' || $7 THEN (SELECT uid FROM d)
-		             WHEN $4 = 'teams/' || $8 || '/virtualClusters/' || split_part($4, '/', 4) THEN (SELECT uid FROM v)
-		        END, $12)`,
-		e.Actor.Subject, groups, e.Action, e.Resource, e.RequestID, reqctx.CorrelationID(ctx),
-		e.Department, e.Team, before, after, virtualcluster.GonePhases, eventType)
+	// A batch of approvals writes its events in one statement
+	// (recordEvent.Many).
+	tx.ExecDeferredSet(recordEvent, e.Actor.Subject, groupsJSON(groups), e.Action, e.Resource, e.RequestID,
+		reqctx.CorrelationID(ctx), e.Department, e.Team, before, after, eventType)
 	if eventType != nil {
 		// The sequencer positions the event as soon as this commits.
 		tx.SignalCommit()

@@ -281,8 +281,11 @@ func TestApprovalsInOneBatchTakeQuotaInTurn(t *testing.T) {
 	}
 	// The batch holding them open sent nothing.
 	got := f.db.GroupStats()
-	if d := (store.GroupStats{Batches: got.Batches - before.Batches, Members: got.Members - before.Members, RoundTrips: got.RoundTrips - before.RoundTrips}); d != (store.GroupStats{Batches: 2, Members: 7, RoundTrips: 3}) {
-		t.Errorf("the approvals' batches: %+v, want the six in one batch of 3 round trips", d)
+	// The four approved wrote together: each of their writes once, for all
+	// four (store.SetWrite).
+	if d := (store.GroupStats{Batches: got.Batches - before.Batches, Members: got.Members - before.Members, RoundTrips: got.RoundTrips - before.RoundTrips,
+		SetFlushes: got.SetFlushes - before.SetFlushes, SetFallbacks: got.SetFallbacks - before.SetFallbacks}); d != (store.GroupStats{Batches: 2, Members: 7, RoundTrips: 3, SetFlushes: 1}) {
+		t.Errorf("the approvals' batches: %+v, want the six in one batch of 3 round trips, its writes as set writes", d)
 	}
 	for i, r := range pending {
 		vc, err := virtualcluster.Get(f.ctx, f.db, r.VirtualClusterID(), false)
@@ -362,4 +365,164 @@ func TestRequestCreatesInOneBatch(t *testing.T) {
 		}
 	}
 	f.checkHeld(4)
+}
+
+// TestApprovalsInOneBatchRecordWhatOneAloneDoes: approvals that write
+// together (store.SetWrite) leave the same rows as an approval alone: the
+// virtual cluster, the request and their two events with every column the
+// event feed and audit reads filter on; each approval's events in its
+// order, the batch's in the order the approvals ran.
+func TestApprovalsInOneBatchRecordWhatOneAloneDoes(t *testing.T) {
+	f := newFixture(t)
+	var rs []request.Request
+	for _, id := range []string{"solo", "m1", "m2", "m3"} {
+		r, err := f.create(createVC(id, 1, nil))
+		f.must(err)
+		rs = append(rs, r)
+	}
+	solo, err := f.approve(rs[0])
+	f.must(err)
+	before := f.db.GroupStats()
+	for i, err := range f.lineUpApprovals(rs[1:]...) {
+		if err != nil {
+			t.Fatalf("approval %d: %v", i, err)
+		}
+	}
+	if got := f.db.GroupStats(); got.SetFlushes-before.SetFlushes != 1 || got.SetFallbacks != before.SetFallbacks {
+		t.Fatalf("the batch did not write as one: %+v", got)
+	}
+	// One approval's rows, its own names taken out.
+	type event struct {
+		id  int64
+		row string
+	}
+	rowsOf := func(id, request string) (string, []event) {
+		var state string
+		f.must(f.db.QueryRow(f.ctx, `SELECT concat_ws(' ', r.state, r.decider, r.decision_reason, r.target_generation, r.version,
+			v.phase, v.host_cluster_id, v.generation, v.version, v.gpu_centi, v.status_message, w.virtual_cluster_id IS NOT NULL)
+			FROM requests r JOIN virtual_clusters v ON v.id = r.virtual_cluster_id
+			LEFT JOIN reconcile_work w ON w.virtual_cluster_id = v.id WHERE v.id = $1`, id).Scan(&state))
+		rows, err := f.db.Query(f.ctx, `SELECT a.id, concat_ws(' ', a.actor, a.actor_groups::text, a.action,
+			replace(replace(a.resource, $3, 'R'), $1, 'X'), a.correlation_id, a.department_id, a.team_id,
+			a.department_uid = (SELECT uid FROM departments WHERE id = 'research'),
+			a.team_uid = (SELECT uid FROM teams WHERE id = 'team-a'),
+			a.resource_uid = v.uid, a.event_type, a.before->>'phase', a.after->>'phase', a.before->>'state', a.after->>'state')
+			FROM audit_events a JOIN virtual_clusters v ON v.id = $2
+			WHERE (a.resource = $3 OR a.resource LIKE '%' || $1) AND a.action NOT LIKE 'Create%' ORDER BY a.id`,
+			"/"+id, id, request)
+		f.must(err)
+		defer rows.Close()
+		var evs []event
+		for rows.Next() {
+			var e event
+			f.must(rows.Scan(&e.id, &e.row))
+			evs = append(evs, e)
+		}
+		f.must(rows.Err())
+		return state, evs
+	}
+	wantState, want := rowsOf("solo", solo.Name())
+	if len(want) < 2 {
+		t.Fatalf("an approval alone recorded %v, want the request's and the virtual cluster's events", want)
+	}
+	var ids [][]int64
+	for i, id := range []string{"m1", "m2", "m3"} {
+		state, got := rowsOf(id, rs[i+1].Name())
+		if state != wantState {
+			t.Errorf("%s: request and virtual cluster %q, want %q (as %s alone)", id, state, wantState, solo.Name())
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: events %v, want %v", id, got, want)
+		}
+		var mine []int64
+		for i := range got {
+			if got[i].row != want[i].row {
+				t.Errorf("%s: event %d is\n  %s\nwant\n  %s", id, i, got[i].row, want[i].row)
+			}
+			mine = append(mine, got[i].id)
+		}
+		ids = append(ids, mine)
+	}
+	for i := range ids {
+		for k := range ids[i] {
+			if i > 0 && ids[i][k] <= ids[i-1][k] {
+				t.Errorf("event %d of approval %d has id %d, not after approval %d's (%d)", k, i, ids[i][k], i-1, ids[i-1][k])
+			}
+		}
+	}
+}
+
+// TestRequestCreatesInOneBatchWriteAsOne: request creates that write
+// together (store.SetWrite) leave what one alone does: the request, its
+// pending virtual cluster and their events; one whose virtual cluster
+// name is taken gets the error it gets alone, and the others are stored.
+func TestRequestCreatesInOneBatchWriteAsOne(t *testing.T) {
+	f := newFixture(t)
+	expire := f.now.Add(48 * time.Hour)
+	payload := func(vc string) request.Payload {
+		p := createVC(vc, 1, &expire)
+		p.Create.Spec.Placement.Labels = map[string]string{"zone": "a"}
+		p.Create.Spec.Limit = &quota.Resources{GPU: quota.GPUs(2)}
+		p.Create.Spec.DisplayName = "display"
+		return p
+	}
+	solo, err := f.create(payload("solo"))
+	f.must(err)
+	create := func(vc string) func() error {
+		c := request.NewCreateAhead("research")
+		return func() error {
+			return f.db.InGroupTxPrefetched(f.ctx, tenancy.DepartmentGroup("research"), request.Creates, c, func(ctx context.Context, tx *store.Tx) error {
+				_, err := f.svc.CreateAhead(ctx, tx, bob, "", f.team, "test", payload(vc), c)
+				return err
+			})
+		}
+	}
+	lineUp := func(calls ...func() error) (results []error, set, fallbacks uint64) {
+		before := f.db.GroupStats()
+		results = storetest.LineUp(t, f.ctx, f.db, tenancy.DepartmentGroup("research"), nil, calls...)
+		after := f.db.GroupStats()
+		return results, after.SetFlushes - before.SetFlushes, after.SetFallbacks - before.SetFallbacks
+	}
+	results, set, fallbacks := lineUp(create("m1"), create("m2"), create("m3"))
+	for _, err := range results {
+		f.must(err)
+	}
+	if set != 1 || fallbacks != 0 {
+		t.Errorf("three creates: %d set flushes, %d fallbacks, want them written as one", set, fallbacks)
+	}
+	results, _, fallbacks = lineUp(create("n1"), create("m2"), create("n3"))
+	if results[0] != nil || results[2] != nil || errs.KindOf(results[1]) != errs.KindAlreadyExists {
+		t.Fatalf("creates n1, m2 (taken), n3: %v, want nil, already exists, nil", results)
+	}
+	if fallbacks != 1 {
+		t.Errorf("%d fallbacks, want the batch's set writes undone once", fallbacks)
+	}
+	row := func(vc string) string {
+		var s string
+		f.must(f.db.QueryRow(f.ctx, `SELECT concat_ws(' ', r.team_id, r.department_id, r.kind, r.payload->'create'->>'virtualClusterId' = v.id,
+			r.justification, r.state, r.requester, r.version, r.create_time = r.update_time, r.create_time = v.create_time,
+			v.create_time = v.update_time,
+			v.team_id, v.display_name, v.gpu_centi, v.cpu_millis, v.memory_bytes, v.limit_gpu_centi, v.limit_cpu_millis,
+			v.limit_memory_bytes, v.over_quota_weight, v.priority, v.allow_fractional_gpus, v.kubernetes_version,
+			v.chart_version, v.expire_time, v.phase, v.placement_host_cluster, v.placement_labels, v.generation, v.version,
+			(SELECT string_agg(concat_ws(' ', a.actor, a.action, a.department_id, a.team_id, a.resource_uid = v.uid,
+			        a.event_type, a.after->>'phase', a.after->>'state'), '; ' ORDER BY a.id)
+			   FROM audit_events a WHERE a.resource IN ('teams/team-a/virtualClusters/' || v.id, 'requests/' || r.id)))
+			FROM requests r JOIN virtual_clusters v ON v.id = r.virtual_cluster_id WHERE v.id = $1`, vc).Scan(&s))
+		return s
+	}
+	want := row("solo")
+	if solo.State != request.StatePending {
+		t.Fatalf("the request alone is %s, want pending", solo.State)
+	}
+	for _, vc := range []string{"m1", "m2", "m3", "n1", "n3"} {
+		if got := row(vc); got != want {
+			t.Errorf("%s: %s\nwant (as one alone): %s", vc, got, want)
+		}
+	}
+	var requests int
+	f.must(f.db.QueryRow(f.ctx, `SELECT count(*) FROM requests`).Scan(&requests))
+	if requests != 6 {
+		t.Errorf("%d requests stored, want 6 (the refused create left none)", requests)
+	}
 }

@@ -75,7 +75,7 @@ func insert(ctx context.Context, tx *store.Tx, team, dept, justification, reques
 	now := store.Now()
 	row := Request{ID: newID(), Team: team, Department: dept, Kind: p.Kind(), VirtualCluster: vcID, Payload: stored,
 		Justification: justification, State: StatePending, Requester: requester, Version: 1, Created: now, Updated: now}
-	tx.ExecDeferredMapped(func(err error) error {
+	tx.ExecDeferredSetMapped(insertRequestRow, func(err error) error {
 		if store.SQLState(err) == "23505" {
 			what := names.Team(team) + "'s quota"
 			if vcID != nil {
@@ -85,12 +85,25 @@ func insert(ctx context.Context, tx *store.Tx, team, dept, justification, reques
 				"%s already has a pending request; cancel it or wait for a decision", what)
 		}
 		return err
-	}, `
+	}, row.ID, team, dept, row.Kind, vcID, raw, justification, StatePending, requester, now)
+	return row, nil
+}
+
+// insertRequestRow inserts a pending request; a batch of request creates
+// inserts theirs in one statement (store.SetWrite).
+var insertRequestRow = &store.SetWrite{
+	One: `
 		INSERT INTO requests (id, team_id, department_id, kind, virtual_cluster_id, payload, justification, state, requester,
 		                      create_time, update_time)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10)`,
-		row.ID, team, dept, row.Kind, vcID, raw, justification, StatePending, requester, now)
-	return row, nil
+	Many: `
+		INSERT INTO requests (id, team_id, department_id, kind, virtual_cluster_id, payload, justification, state, requester,
+		                      create_time, update_time)
+		SELECT u.id, u.team, u.dept, u.kind, u.vc, u.payload, u.justification, u.state, u.requester, u.created, u.created
+		  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::text[], $8::text[],
+		              $9::text[], $10::timestamptz[])
+		       WITH ORDINALITY AS u(id, team, dept, kind, vc, payload, justification, state, requester, created, n)
+		 ORDER BY u.n`,
 }
 
 // setDecision records an approval (approved, with the policy and the
@@ -102,6 +115,22 @@ func setDecision(ctx context.Context, tx *store.Tx, id string, state State, deci
 		 WHERE id = $1 RETURNING `+columns, id, state, decider, reason, policyID, target))
 }
 
+// decisionRow is setDecisionDeferred's write; as Many, for several
+// requests at once (a batch of approvals, store.SetWrite).
+var decisionRow = &store.SetWrite{
+	One: `
+		UPDATE requests SET state = $2, decider = $3, decide_time = $4, decision_reason = $5,
+		       approval_policy_id = $6, target_generation = $7, version = $8, update_time = $4
+		 WHERE id = $1`,
+	Many: `
+		UPDATE requests r SET state = u.state, decider = u.decider, decide_time = u.decided, decision_reason = u.reason,
+		       approval_policy_id = u.policy, target_generation = u.target, version = u.version, update_time = u.decided
+		  FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], $6::text[], $7::bigint[], $8::bigint[])
+		       AS u(id, state, decider, decided, reason, policy, target, version)
+		 WHERE r.id = u.id`,
+	Key: 1,
+}
+
 // setDecisionDeferred is setDecision for cur, which the transaction has
 // locked or written: the row is computed here and the write deferred
 // (store.Tx.ExecDeferred). It returns the row as stored.
@@ -110,10 +139,7 @@ func setDecisionDeferred(tx *store.Tx, cur Request, state State, decider, reason
 	next := cur
 	next.State, next.Decider, next.DecideTime, next.DecisionReason = state, decider, &now, reason
 	next.ApprovalPolicy, next.TargetGeneration, next.Version, next.Updated = policyID, target, cur.Version+1, now
-	tx.ExecDeferred(`
-		UPDATE requests SET state = $2, decider = $3, decide_time = $4, decision_reason = $5,
-		       approval_policy_id = $6, target_generation = $7, version = $8, update_time = $4
-		 WHERE id = $1`, cur.ID, state, decider, now, reason, policyID, target, next.Version)
+	tx.ExecDeferredSet(decisionRow, cur.ID, state, decider, now, reason, policyID, target, next.Version)
 	return next
 }
 

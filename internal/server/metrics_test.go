@@ -119,6 +119,8 @@ func TestMetricsEndpoint(t *testing.T) {
 		"gpuplane_store_group_batches_total":                      {counter, nil},
 		"gpuplane_store_group_members_total":                      {counter, nil},
 		"gpuplane_store_group_round_trips_total":                  {counter, nil},
+		"gpuplane_store_group_set_flushes_total":                  {counter, nil},
+		"gpuplane_store_group_set_fallbacks_total":                {counter, nil},
 	}
 	var listing []string
 	for name, mf := range mfs {

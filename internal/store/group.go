@@ -87,6 +87,7 @@ type groups struct {
 	byKey map[string]*groupState
 	// What GroupStats reports.
 	batches, members, roundTrips atomic.Uint64
+	setFlushes, setFallbacks     atomic.Uint64
 }
 
 // GroupStats counts what InGroupTx did since the DB was made (changes
@@ -101,12 +102,17 @@ type GroupStats struct {
 	// run one after the other while their department is locked, so
 	// RoundTrips per member is the serial part of a change's cost.
 	RoundTrips uint64
+	// SetFlushes is how many batches wrote their members' set writes in
+	// one statement each (SetWrite); SetFallbacks how many tried and, as
+	// those statements failed, sent each member's writes on their own.
+	SetFlushes, SetFallbacks uint64
 }
 
 // GroupStats reports the counters of InGroupTx (exported as metrics).
 func (db *DB) GroupStats() GroupStats {
 	g := &db.groups
-	return GroupStats{Batches: g.batches.Load(), Members: g.members.Load(), RoundTrips: g.roundTrips.Load()}
+	return GroupStats{Batches: g.batches.Load(), Members: g.members.Load(), RoundTrips: g.roundTrips.Load(),
+		SetFlushes: g.setFlushes.Load(), SetFallbacks: g.setFallbacks.Load()}
 }
 
 // GroupPending is how many changes of key wait for the next batch (tests
@@ -292,7 +298,7 @@ func (db *DB) runGroup(batch []*groupMember, executed func()) {
 			} else {
 				// The last members' deferred writes, before COMMIT, so
 				// that a failure among them is still one member's.
-				if err = tx.flush(ctx); err == nil {
+				if err = tx.flushMerged(ctx, &db.groups); err == nil {
 					return nil
 				}
 			}

@@ -37,6 +37,8 @@ type stmt struct {
 	savepoint bool
 	// mapErr turns the statement's error into the caller's (nil: as is).
 	mapErr func(error) error
+	// set: the write can be made for many members at once (SetWrite).
+	set *SetWrite
 }
 
 // The member of statements that belong to no member.

@@ -46,6 +46,23 @@ func GetTeam(ctx context.Context, q store.Querier, id string, lock bool) (Team, 
 	return store.GetOne(ctx, q, `SELECT `+teamColumns+` FROM teams WHERE id = $1`, lock, scanTeam, errs.NotFound(names.Team(id)), id)
 }
 
+// insertTeamRow inserts a team; a batch of team creates inserts theirs in
+// one statement (store.SetWrite).
+var insertTeamRow = &store.SetWrite{
+	One: `
+		INSERT INTO teams (uid, id, department_id, display_name, isolation_tier, node_pool, gpu_centi, cpu_millis, memory_bytes,
+		                   auto_sleep_after_seconds, version, create_time, update_time)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)`,
+	Many: `
+		INSERT INTO teams (uid, id, department_id, display_name, isolation_tier, node_pool, gpu_centi, cpu_millis, memory_bytes,
+		                   auto_sleep_after_seconds, version, create_time, update_time)
+		SELECT u.uid, u.id, u.dept, u.name, u.tier, u.pool, u.gpu, u.cpu, u.mem, u.sleep, u.version, u.created, u.created
+		  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::bigint[],
+		              $9::bigint[], $10::bigint[], $11::bigint[], $12::timestamptz[])
+		       WITH ORDINALITY AS u(uid, id, dept, name, tier, pool, gpu, cpu, mem, sleep, version, created, n)
+		 ORDER BY u.n`,
+}
+
 func insertTeam(ctx context.Context, tx *store.Tx, t Team) (Team, error) {
 	// Every column is known here (uid and times included), so the insert
 	// needs no answer and travels with the transaction's next round trip;
@@ -54,10 +71,7 @@ func insertTeam(ctx context.Context, tx *store.Tx, t Team) (Team, error) {
 	t.Created = store.Now()
 	t.Updated = t.Created
 	t.AutoSleepAfter = t.AutoSleepAfter.Truncate(time.Second) // stored in seconds
-	tx.ExecDeferredMapped(func(err error) error { return insertTeamError(err, t) }, `
-		INSERT INTO teams (uid, id, department_id, display_name, isolation_tier, node_pool, gpu_centi, cpu_millis, memory_bytes,
-		                   auto_sleep_after_seconds, version, create_time, update_time)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12)`,
+	tx.ExecDeferredSetMapped(insertTeamRow, func(err error) error { return insertTeamError(err, t) },
 		t.UID, t.ID, t.Department, t.DisplayName, t.Tier, t.Pool, t.Quota.GPU, t.Quota.CPUMillis, t.Quota.MemoryBytes,
 		int64(t.AutoSleepAfter/time.Second), t.Version, t.Created)
 	return t, nil
@@ -81,22 +95,36 @@ func insertTeamError(err error, t Team) error {
 // (PostgreSQL's default name).
 const departmentConstraint = "teams_department_id_fkey"
 
+// updateTeamRow stores a team's settings; a batch of team changes stores
+// theirs in one statement (store.SetWrite), one row per team.
+var updateTeamRow = &store.SetWrite{
+	One: `
+		UPDATE teams SET display_name = $2, isolation_tier = $3, gpu_centi = $4, cpu_millis = $5, memory_bytes = $6,
+		       node_pool = $7, auto_sleep_after_seconds = $8, version = $9, update_time = $10
+		 WHERE id = $1`,
+	Many: `
+		UPDATE teams t SET display_name = u.name, isolation_tier = u.tier, gpu_centi = u.gpu, cpu_millis = u.cpu,
+		       memory_bytes = u.mem, node_pool = u.pool, auto_sleep_after_seconds = u.sleep, version = u.version,
+		       update_time = u.updated
+		  FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bigint[],
+		              $9::bigint[], $10::timestamptz[])
+		       AS u(id, name, tier, gpu, cpu, mem, pool, sleep, version, updated)
+		 WHERE t.id = u.id`,
+	Key: 1,
+}
+
 // updateTeamDeferred stores a team the transaction has locked (cur as
 // read): next is stored as given, with the next version, and the write
 // deferred (store.Tx.ExecDeferred).
 func updateTeamDeferred(tx *store.Tx, cur, next Team) Team {
 	next.Version, next.Updated = cur.Version+1, store.Now()
 	next.AutoSleepAfter = next.AutoSleepAfter.Truncate(time.Second) // stored in seconds
-	tx.ExecDeferredMapped(func(err error) error {
+	tx.ExecDeferredSetMapped(updateTeamRow, func(err error) error {
 		if store.ConstraintName(err) == poolConstraint {
 			return poolTaken("team.node_pool", next.Pool)
 		}
 		return err
-	}, `
-		UPDATE teams SET display_name = $2, isolation_tier = $3, gpu_centi = $4, cpu_millis = $5, memory_bytes = $6,
-		       node_pool = $7, auto_sleep_after_seconds = $8, version = $9, update_time = $10
-		 WHERE id = $1`,
-		next.ID, next.DisplayName, next.Tier, next.Quota.GPU, next.Quota.CPUMillis, next.Quota.MemoryBytes, next.Pool,
+	}, next.ID, next.DisplayName, next.Tier, next.Quota.GPU, next.Quota.CPUMillis, next.Quota.MemoryBytes, next.Pool,
 		int64(next.AutoSleepAfter/time.Second), next.Version, next.Updated)
 	return next
 }

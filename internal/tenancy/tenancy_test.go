@@ -338,3 +338,108 @@ func TestTeamChangesInOneBatchTakeTheBudgetInTurn(t *testing.T) {
 		t.Errorf("lab's teams are assigned %v (%v), want 4 GPUs", assigned, err)
 	}
 }
+
+// Team creates and updates that meet in one batch write their rows in one
+// statement per kind of write (store.SetWrite) and leave what each would
+// alone: the team row and its event, the department's assigned totals.
+// When one of them fails in the database (a team id already taken), that
+// one gets the error it gets alone and the others are written.
+func TestTeamChangesInOneBatchWriteAsOne(t *testing.T) {
+	f := newFixture(t)
+	f.must(f.department("lab", gpus(16)))
+	f.must(f.team("solo", "lab", tenancy.TierShared, gpus(1)))
+	create := func(id string) func() error {
+		team := tenancy.Team{ID: id, Department: "lab", Tier: tenancy.TierShared, Quota: gpus(1)}
+		c := tenancy.NewTeamCreate(team)
+		return func() error {
+			return f.db.InGroupTxPrefetched(f.ctx, tenancy.DepartmentGroup("lab"), tenancy.TeamChanges, c, func(ctx context.Context, tx *store.Tx) error {
+				_, err := f.svc.CreateTeamAhead(ctx, tx, alice, "", team, c)
+				return err
+			})
+		}
+	}
+	update := func(id string, q quota.Resources) func() error {
+		c := tenancy.NewTeamUpdate("lab", id)
+		return func() error {
+			return f.db.InGroupTxPrefetched(f.ctx, tenancy.DepartmentGroup("lab"), tenancy.TeamChanges, c, func(ctx context.Context, tx *store.Tx) error {
+				_, err := f.svc.UpdateTeamAhead(ctx, tx, alice, id, "lab", "", true, func(_ tenancy.Team, next *tenancy.Team) error {
+					next.Quota, next.DisplayName = q, "grown "+id
+					return nil
+				}, c)
+				return err
+			})
+		}
+	}
+	lineUp := func(calls ...func() error) (results []error, set, fallbacks uint64) {
+		before := f.db.GroupStats()
+		results = storetest.LineUp(t, f.ctx, f.db, tenancy.DepartmentGroup("lab"), nil, calls...)
+		after := f.db.GroupStats()
+		return results, after.SetFlushes - before.SetFlushes, after.SetFallbacks - before.SetFallbacks
+	}
+	results, set, fallbacks := lineUp(create("x1"), create("x2"), create("x3"))
+	for _, err := range results {
+		f.must(err)
+	}
+	if set != 1 || fallbacks != 0 {
+		t.Errorf("three creates: %d set flushes, %d fallbacks, want them written as one", set, fallbacks)
+	}
+	results, _, fallbacks = lineUp(create("y1"), create("x2"), create("y3"))
+	if results[0] != nil || results[2] != nil || errs.KindOf(results[1]) != errs.KindAlreadyExists {
+		t.Fatalf("creates y1, x2 (taken), y3: %v, want nil, already exists, nil", results)
+	}
+	if fallbacks != 1 {
+		t.Errorf("%d fallbacks, want the batch's set writes undone once", fallbacks)
+	}
+	row := func(id string) string {
+		var s string
+		f.must(f.db.QueryRow(f.ctx, `SELECT concat_ws(' ', t.department_id, t.display_name, t.isolation_tier, t.node_pool,
+			t.gpu_centi, t.cpu_millis, t.memory_bytes, t.auto_sleep_after_seconds, t.version, t.create_time = t.update_time,
+			(SELECT string_agg(concat_ws(' ', a.actor, a.action, a.department_id, a.team_id = t.id, a.team_uid = t.uid,
+			        a.resource_uid = t.uid, a.event_type, a.after->>'displayName'), '; ' ORDER BY a.id)
+			   FROM audit_events a WHERE a.resource = 'teams/' || t.id))
+			FROM teams t WHERE t.id = $1`, id).Scan(&s))
+		return s
+	}
+	want := row("solo")
+	for _, id := range []string{"x1", "x2", "x3", "y1", "y3"} {
+		if got := row(id); got != want {
+			t.Errorf("team %s: %s\nwant (as one alone): %s", id, got, want)
+		}
+	}
+	// The teams' virtual clusters are queued for a reconcile by the
+	// updates (and only theirs).
+	f.liveVC("x1", "vc-x1", gpus(1), false)
+	f.liveVC("y1", "vc-y1", gpus(1), false)
+	f.liveVC("x3", "vc-x3", gpus(1), false)
+	f.must(f.tx(func(ctx context.Context, tx *store.Tx) error {
+		_, err := tx.Exec(ctx, `DELETE FROM reconcile_work`)
+		return err
+	}))
+	results, set, _ = lineUp(update("x1", gpus(2)), update("x2", gpus(3)), update("y1", gpus(4)))
+	for _, err := range results {
+		f.must(err)
+	}
+	if set != 1 {
+		t.Errorf("three updates: %d set flushes, want them written as one", set)
+	}
+	var queued string
+	f.must(f.db.QueryRow(f.ctx, `SELECT coalesce(string_agg(virtual_cluster_id, ' ' ORDER BY virtual_cluster_id), '') FROM reconcile_work`).Scan(&queued))
+	if queued != "vc-x1 vc-y1" {
+		t.Errorf("queued for reconcile: %q, want the updated teams' virtual clusters vc-x1 vc-y1", queued)
+	}
+	for id, q := range map[string]quota.Resources{"x1": gpus(2), "x2": gpus(3), "y1": gpus(4), "x3": gpus(1)} {
+		team, err := tenancy.GetTeam(f.ctx, f.db, id, false)
+		f.must(err)
+		wantVersion, wantName := int64(2), "grown "+id
+		if id == "x3" {
+			wantVersion, wantName = 1, ""
+		}
+		if team.Quota != q || team.Version != wantVersion || team.DisplayName != wantName {
+			t.Errorf("team %s: %v %q at version %d, want %v %q at %d", id, team.Quota, team.DisplayName, team.Version, q, wantName, wantVersion)
+		}
+	}
+	// solo 1 + x1 2 + x2 3 + x3 1 + y1 4 + y3 1
+	if assigned, err := tenancy.ChildrenOfDepartment(f.ctx, f.db, "lab"); err != nil || assigned != gpus(12) {
+		t.Errorf("lab's teams are assigned %v (%v), want 12 GPUs", assigned, err)
+	}
+}

@@ -96,6 +96,30 @@ func GetOfTeam(ctx context.Context, q store.Querier, team, id string) (VirtualCl
 		errs.NotFound("virtual cluster "+id), id, gonePhases, team)
 }
 
+// insertPendingRow inserts a virtual cluster waiting for approval; a batch
+// of request creates inserts theirs in one statement (store.SetWrite).
+var insertPendingRow = &store.SetWrite{
+	One: `
+		INSERT INTO virtual_clusters (uid, id, team_id, display_name, gpu_centi, cpu_millis, memory_bytes,
+		       limit_gpu_centi, limit_cpu_millis, limit_memory_bytes, over_quota_weight, priority,
+		       allow_fractional_gpus, kubernetes_version, chart_version, expire_time, phase,
+		       placement_host_cluster, placement_labels, create_time, update_time)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $20)`,
+	Many: `
+		INSERT INTO virtual_clusters (uid, id, team_id, display_name, gpu_centi, cpu_millis, memory_bytes,
+		       limit_gpu_centi, limit_cpu_millis, limit_memory_bytes, over_quota_weight, priority,
+		       allow_fractional_gpus, kubernetes_version, chart_version, expire_time, phase,
+		       placement_host_cluster, placement_labels, create_time, update_time)
+		SELECT u.uid, u.id, u.team, u.name, u.gpu, u.cpu, u.mem, u.lim_gpu, u.lim_cpu, u.lim_mem, u.weight, u.priority,
+		       u.fractional, u.kube, u.chart, u.expire, u.phase, u.host, u.labels, u.created, u.created
+		  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[],
+		              $9::bigint[], $10::bigint[], $11::integer[], $12::integer[], $13::boolean[], $14::text[], $15::text[],
+		              $16::timestamptz[], $17::text[], $18::text[], $19::jsonb[], $20::timestamptz[])
+		       WITH ORDINALITY AS u(uid, id, team, name, gpu, cpu, mem, lim_gpu, lim_cpu, lim_mem, weight, priority,
+		                            fractional, kube, chart, expire, phase, host, labels, created, n)
+		 ORDER BY u.n`,
+}
+
 // InsertPending stores a requested virtual cluster in PENDING_APPROVAL, as
 // a new incarnation (uid). A name whose earlier virtual cluster is gone
 // (rejected or deleted) may be used again, by any team; the old row stays,
@@ -120,19 +144,13 @@ func InsertPending(ctx context.Context, tx *store.Tx, team, id string, spec Spec
 	if labels == nil {
 		labels = map[string]string{}
 	}
-	tx.ExecDeferredMapped(func(err error) error {
+	tx.ExecDeferredSetMapped(insertPendingRow, func(err error) error {
 		if store.SQLState(err) == "23505" {
 			return errs.New(errs.KindAlreadyExists, errs.ReasonAlreadyExists,
 				"virtual cluster name %q is taken (names are unique across all teams: they name KAI queues)", id).With("virtual_cluster_id", id)
 		}
 		return err
-	}, `
-		INSERT INTO virtual_clusters (uid, id, team_id, display_name, gpu_centi, cpu_millis, memory_bytes,
-		       limit_gpu_centi, limit_cpu_millis, limit_memory_bytes, over_quota_weight, priority,
-		       allow_fractional_gpus, kubernetes_version, chart_version, expire_time, phase,
-		       placement_host_cluster, placement_labels, create_time, update_time)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $20)`,
-		vc.UID, id, team, spec.DisplayName, spec.Quota.GPU, spec.Quota.CPUMillis, spec.Quota.MemoryBytes, lg, lc, lm,
+	}, vc.UID, id, team, spec.DisplayName, spec.Quota.GPU, spec.Quota.CPUMillis, spec.Quota.MemoryBytes, lg, lc, lm,
 		spec.OverQuotaWeight, spec.Priority, spec.AllowFractionalGPUs, spec.KubernetesVersion,
 		spec.ChartVersion, spec.ExpireTime, PhasePendingApproval, spec.Placement.HostCluster, labels, now)
 	return vc, nil
@@ -205,6 +223,27 @@ func StillIdle(ctx context.Context, q store.Querier, id string, now time.Time) (
 
 var autoSleepPhases = []string{string(PhaseReady), string(PhaseDegraded)}
 
+// moveRow is MoveDeferred's write; as Many, for several incarnations at
+// once (a batch of approvals, store.SetWrite).
+var moveRow = &store.SetWrite{
+	One: `
+		UPDATE virtual_clusters SET phase = $2, gpu_centi = $3, cpu_millis = $4, memory_bytes = $5,
+		       limit_gpu_centi = $6, limit_cpu_millis = $7, limit_memory_bytes = $8,
+		       chart_version = $9, kubernetes_version = $10, generation = $11, host_cluster_id = NULLIF($12, ''),
+		       status_message = '', version = $13, update_time = $14
+		 WHERE uid = $1`,
+	Many: `
+		UPDATE virtual_clusters v SET phase = u.phase, gpu_centi = u.gpu, cpu_millis = u.cpu, memory_bytes = u.mem,
+		       limit_gpu_centi = u.lim_gpu, limit_cpu_millis = u.lim_cpu, limit_memory_bytes = u.lim_mem,
+		       chart_version = u.chart, kubernetes_version = u.kube, generation = u.gen, host_cluster_id = NULLIF(u.host, ''),
+		       status_message = '', version = u.version, update_time = u.updated
+		  FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[],
+		              $9::text[], $10::text[], $11::bigint[], $12::text[], $13::bigint[], $14::timestamptz[])
+		       AS u(uid, phase, gpu, cpu, mem, lim_gpu, lim_cpu, lim_mem, chart, kube, gen, host, version, updated)
+		 WHERE v.uid = u.uid`,
+	Key: 1,
+}
+
 // MoveDeferred is Move (and, with hostCluster set, PlaceOn) for the
 // current incarnation cur, which the transaction has locked: the row is
 // computed here and the write deferred (store.Tx.ExecDeferred). It returns
@@ -221,14 +260,8 @@ func MoveDeferred(tx *store.Tx, cur VirtualCluster, phase Phase, q quota.Resourc
 	}
 	next.StatusMessage, next.Version, next.Updated = "", cur.Version+1, store.Now()
 	lg, lc, lm := limitColumns(limit)
-	tx.ExecDeferred(`
-		UPDATE virtual_clusters SET phase = $2, gpu_centi = $3, cpu_millis = $4, memory_bytes = $5,
-		       limit_gpu_centi = $6, limit_cpu_millis = $7, limit_memory_bytes = $8,
-		       chart_version = $9, kubernetes_version = $10, generation = $11, host_cluster_id = NULLIF($12, ''),
-		       status_message = '', version = $13, update_time = $14
-		 WHERE uid = $1`,
-		cur.UID, phase, q.GPU, q.CPUMillis, q.MemoryBytes, lg, lc, lm, v.Chart, v.Kubernetes, next.Generation,
-		next.HostCluster, next.Version, next.Updated)
+	tx.ExecDeferredSet(moveRow, cur.UID, phase, q.GPU, q.CPUMillis, q.MemoryBytes, lg, lc, lm, v.Chart, v.Kubernetes,
+		next.Generation, next.HostCluster, next.Version, next.Updated)
 	return next
 }
 

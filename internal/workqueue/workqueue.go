@@ -14,6 +14,7 @@ package workqueue
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,21 +32,49 @@ const upsert = ` ON CONFLICT (virtual_cluster_id) DO UPDATE
 	SET enqueue_time = clock_timestamp(), run_after = clock_timestamp(), attempts = 0, last_error = '',
 	    trace_parent = EXCLUDED.trace_parent`
 
+// enqueueOne is Enqueue's write; as Many, for several virtual clusters
+// at once (a batch of approvals, store.SetWrite). Two rows for one virtual
+// cluster fail Many (ON CONFLICT cannot touch a row twice), and the batch
+// then sends them one by one.
+var enqueueOne = &store.SetWrite{
+	One: `INSERT INTO reconcile_work (virtual_cluster_id, enqueue_time, run_after, trace_parent)
+		VALUES ($1, clock_timestamp(), clock_timestamp(), $2)` + upsert,
+	Many: `INSERT INTO reconcile_work (virtual_cluster_id, enqueue_time, run_after, trace_parent)
+		SELECT u.id, clock_timestamp(), clock_timestamp(), u.trace_parent
+		  FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(id, trace_parent, n) ORDER BY u.n` + upsert,
+}
+
 // Enqueue asks for a reconcile of the virtual cluster.
 func Enqueue(ctx context.Context, tx *store.Tx, virtualCluster string) error {
 	// Sent with the transaction's next statement or its COMMIT (nothing
 	// here reads the row back).
-	tx.ExecDeferred(`INSERT INTO reconcile_work (virtual_cluster_id, enqueue_time, run_after, trace_parent)
-		VALUES ($1, clock_timestamp(), clock_timestamp(), $2)`+upsert, virtualCluster, traceParent(ctx))
+	tx.ExecDeferredSet(enqueueOne, virtualCluster, traceParent(ctx))
 	return nil
+}
+
+// resyncLiteral is resyncPhases as an SQL array literal (the phases are
+// the package's constants, never input), so that the set form of
+// EnqueueTeam needs no argument that is the same for every row.
+var resyncLiteral = "'{" + strings.Join(resyncPhases, ",") + "}'::text[]"
+
+// enqueueTeamRows is EnqueueTeam's write; as Many, for the teams of a
+// batch of team changes (store.SetWrite), team by team.
+var enqueueTeamRows = &store.SetWrite{
+	One: `INSERT INTO reconcile_work (virtual_cluster_id, enqueue_time, run_after, trace_parent)
+		SELECT id, clock_timestamp(), clock_timestamp(), $2 FROM virtual_clusters
+		 WHERE team_id = $1 AND phase = ANY(` + resyncLiteral + `)` + upsert,
+	Many: `INSERT INTO reconcile_work (virtual_cluster_id, enqueue_time, run_after, trace_parent)
+		SELECT v.id, clock_timestamp(), clock_timestamp(), u.trace_parent
+		  FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(team, trace_parent, n)
+		  JOIN virtual_clusters v ON v.team_id = u.team AND v.phase = ANY(` + resyncLiteral + `)
+		 ORDER BY u.n, v.id` + upsert,
+	Key: 1,
 }
 
 // EnqueueTeam asks for a reconcile of every virtual cluster of a team that
 // needs resyncing (its parent queue or its members changed).
 func EnqueueTeam(ctx context.Context, tx *store.Tx, team string) error {
-	tx.ExecDeferred(`INSERT INTO reconcile_work (virtual_cluster_id, enqueue_time, run_after, trace_parent)
-		SELECT id, clock_timestamp(), clock_timestamp(), $2 FROM virtual_clusters
-		 WHERE team_id = $1 AND phase = ANY($3)`+upsert, team, traceParent(ctx), resyncPhases)
+	tx.ExecDeferredSet(enqueueTeamRows, team, traceParent(ctx))
 	return nil
 }
 
