@@ -11,20 +11,21 @@ import (
 // approvalPrefetch reads ahead for the approvals of new virtual clusters
 // that meet in one batch of their department's changes (store.Prefetch):
 // for each, what Decide would read first (its request, team and virtual
-// cluster, locked, and what the team holds), in the same lock order
-// (department, then each approval's rows in turn), and the host clusters
-// once for all.
+// cluster, locked, and what the team holds), and the host clusters once
+// for all. Each kind of row is read for the whole batch in one statement,
+// in the order of Decide's own locks (department, requests, teams,
+// virtual clusters), each team once.
 var approvalPrefetch = &store.Prefetch{Read: readApprovals, Done: approved}
 
 // prefetchedApproval is one approval's part of a prefetch.
 type prefetchedApproval struct {
 	seen Request
-	// What readApprovals read.
-	cur    Request
-	locked lockedRows
-	// failed is the first of its reads that failed (a row not found); its
-	// approval then reads for itself and meets the error there.
-	failed error
+	// What readApprovals read: cur and vc are set when found.
+	cur          Request
+	vc           virtualcluster.VirtualCluster
+	foundRequest bool
+	foundVC      bool
+	team         *teamAhead
 	// again: an earlier approval of the batch is about the same request or
 	// virtual cluster, so this one must see what that one did.
 	again bool
@@ -33,11 +34,23 @@ type prefetchedApproval struct {
 	result Request
 }
 
+// teamAhead is a team's part of a prefetch, shared by its approvals.
+type teamAhead struct {
+	team tenancy.Team
+	// held is what the team's virtual clusters hold; it leaves none of
+	// them out, which is what Decide's read leaving the approval's own
+	// out gives while that one holds nothing (usable checks).
+	held quota.Resources
+	// failed: the team was not found; its approvals read for themselves
+	// and meet the error there.
+	failed error
+}
+
 // approvalBatch is what the prefetched approvals of one batch share.
 type approvalBatch struct {
 	hosts []fleet.HostCluster
 	// taken is what the approvals ahead in the batch made each team hold:
-	// the held quota read for an approval does not include it.
+	// the held quota read for a team does not include it.
 	taken map[string]quota.Resources
 	// stale: an approval ahead changed what taken cannot account for; the
 	// ones after it read for themselves.
@@ -51,42 +64,60 @@ func readApprovals(b *store.Batch, items []any) {
 	// as in Decide.
 	var budget quota.Resources
 	tenancy.QueueLockDepartment(b, &budget, first.seen.Department)
-	requests, vcs := map[string]bool{}, map[string]bool{}
+	byRequest, byVC, teams := map[string]*prefetchedApproval{}, map[string]*prefetchedApproval{}, map[string]*teamAhead{}
+	var requestIDs, vcIDs, teamIDs []string
 	for _, it := range items {
 		p := it.(*prefetchedApproval)
 		*p = prefetchedApproval{seen: p.seen, batch: batch}
 		vc := *p.seen.VirtualCluster
-		if requests[p.seen.ID] || vcs[vc] {
+		if byRequest[p.seen.ID] != nil || byVC[vc] != nil {
 			p.again = true
 			continue
 		}
-		requests[p.seen.ID], vcs[vc] = true, true
+		byRequest[p.seen.ID], byVC[vc] = p, p
+		requestIDs, vcIDs = append(requestIDs, p.seen.ID), append(vcIDs, vc)
+		if teams[p.seen.Team] == nil {
+			teams[p.seen.Team] = &teamAhead{}
+			teamIDs = append(teamIDs, p.seen.Team)
+		}
+		p.team = teams[p.seen.Team]
+	}
+	QueueGetLocked(b, requestIDs, func(r Request) {
+		if p := byRequest[r.ID]; p != nil {
+			p.cur, p.foundRequest = r, true
+		}
+	})
+	for _, id := range teamIDs {
+		ta := teams[id]
 		b.Guarded(func(err error) {
-			if p.failed == nil {
-				p.failed = err
+			if ta.failed == nil {
+				ta.failed = err
 			}
 		}, func(b *store.Batch) {
-			QueueGet(b, &p.cur, p.seen.ID, true)
-			tenancy.QueueGetTeam(b, &p.locked.team, p.seen.Team, true)
-			virtualcluster.QueueGet(b, &p.locked.vc, vc, true)
-			virtualcluster.QueueQuotaOfTeam(b, &p.locked.held, p.seen.Team, vc)
+			tenancy.QueueGetTeam(b, &ta.team, id, true)
+			virtualcluster.QueueQuotaOfTeam(b, &ta.held, id, "")
 		})
 	}
+	virtualcluster.QueueGetLocked(b, vcIDs, func(v virtualcluster.VirtualCluster) {
+		if p := byVC[v.ID]; p != nil {
+			p.vc, p.foundVC = v, true
+		}
+	})
 	fleet.QueueAll(b, &batch.hosts)
 }
 
-// usable reports whether the approval may decide on what was read for it.
+// usable reports whether the approval may decide on what was read for it:
+// everything was found, and its virtual cluster holds no quota (the
+// team's held quota was read with it in).
 func (p *prefetchedApproval) usable() bool {
-	return p.batch != nil && !p.again && p.failed == nil && !p.batch.stale
+	return p.batch != nil && !p.again && !p.batch.stale && p.foundRequest && p.foundVC &&
+		p.team != nil && p.team.failed == nil && !p.vc.Phase.HoldsQuota()
 }
 
 // rows are the approval's locked rows as Decide would have read them now:
 // its team's held quota includes what the approvals ahead of it took.
 func (p *prefetchedApproval) rows() *lockedRows {
-	l := p.locked
-	l.held = l.held.Add(p.batch.taken[p.seen.Team])
-	l.hosts = p.batch.hosts
-	return &l
+	return &lockedRows{team: p.team.team, vc: p.vc, held: p.team.held.Add(p.batch.taken[p.seen.Team]), hosts: p.batch.hosts}
 }
 
 // approved records, for the approvals after it in the batch, what a

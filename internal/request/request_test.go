@@ -327,6 +327,34 @@ func TestApprovalsOfOneRequestInOneBatch(t *testing.T) {
 	f.checkHeld(2)
 }
 
+// An approval in a batch whose request is not there (deleted meanwhile,
+// say) reads for itself and gets the not-found it would get alone; the
+// approvals beside it, read ahead in the same statements, are approved.
+func TestApprovalsInOneBatchBesideAMissingRequest(t *testing.T) {
+	f := newFixture(t)
+	r0, err := f.create(createVC("first", 1, nil))
+	f.must(err)
+	r1, err := f.create(createVC("last", 1, nil))
+	f.must(err)
+	gone := r1
+	gone.ID = "rmissing"
+	results := f.lineUpApprovals(r0, gone, r1)
+	if results[0] != nil || results[2] != nil {
+		t.Fatalf("approvals beside the missing request: %v", results)
+	}
+	if errs.KindOf(results[1]) != errs.KindNotFound {
+		t.Errorf("approval of a missing request: %v, want not found", results[1])
+	}
+	for _, r := range []request.Request{r0, r1} {
+		got, err := request.Get(f.ctx, f.db, r.ID, false)
+		f.must(err)
+		if got.State != request.StateApproved {
+			t.Errorf("%s: %s, want APPROVED", r.Name(), got.State)
+		}
+	}
+	f.checkHeld(2)
+}
+
 // Request creates that meet in one batch read the department and the
 // approval policies once (request.Creates) and behave as one after the
 // other: a matching policy approves each that fits, in turn (two 2-GPU

@@ -8,10 +8,12 @@ import (
 
 // TeamChanges reads ahead for the team creates that take quota and the
 // team updates that meet in one batch of their department's changes
-// (store.Prefetch): the department (locked) once, and for each change in
-// turn what it would read first: the team (locked, for an update), what
-// the department's other teams are assigned, and what the team's virtual
-// clusters hold. Pass it with a TeamChange to store.DB.InGroupTxPrefetched
+// (store.Prefetch): the department (locked) and what its teams are
+// assigned once, and for all the changes what each would read first: its
+// team (locked; a create's team, if its id is taken, is locked too and
+// the create then fails) and what the team's virtual clusters hold (for
+// an update), each kind of row in one statement for the whole batch, in
+// the changes' order. Pass it with a TeamChange to store.DB.InGroupTxPrefetched
 // and the same TeamChange to CreateTeamAhead or UpdateTeamAhead.
 var TeamChanges = &store.Prefetch{Read: readTeamChanges, Done: teamChanged}
 
@@ -20,11 +22,10 @@ var TeamChanges = &store.Prefetch{Read: readTeamChanges, Done: teamChanged}
 type TeamChange struct {
 	dept, id string
 	create   bool
-	// What readTeamChanges read.
+	// What readTeamChanges read: cur when found.
 	cur      Team
-	assigned quota.Resources // what the department's other teams are assigned
+	found    bool
 	children quota.Resources // what the team's virtual clusters hold
-	failed   error
 	// again: an earlier change of the batch is about the same team.
 	again bool
 	batch *teamBatch
@@ -36,6 +37,8 @@ type TeamChange struct {
 // teamBatch is what the prefetched changes of one batch share.
 type teamBatch struct {
 	budget quota.Resources
+	// assigned is what all the department's teams were assigned.
+	assigned quota.Resources
 	// moved is how much each team's quota changed in the changes ahead:
 	// what was read as assigned does not include it.
 	moved map[string]quota.Resources
@@ -56,26 +59,31 @@ func readTeamChanges(b *store.Batch, items []any) {
 	// One department (the batch's key); its lock first, as each change
 	// takes it.
 	QueueLockDepartment(b, &batch.budget, first.dept)
-	seen := map[string]bool{}
+	queueAssigned(b, &batch.assigned, first.dept)
+	byID := map[string]*TeamChange{}
+	var ids, updated []string
 	for _, it := range items {
 		c := it.(*TeamChange)
 		*c = TeamChange{dept: c.dept, id: c.id, create: c.create, batch: batch}
-		if seen[c.id] {
+		if byID[c.id] != nil {
 			c.again = true
 			continue
 		}
-		seen[c.id] = true
-		b.Guarded(func(err error) {
-			if c.failed == nil {
-				c.failed = err
-			}
-		}, func(b *store.Batch) {
-			if !c.create {
-				QueueGetTeam(b, &c.cur, c.id, true)
-			}
-			queueAssignedExcept(b, &c.assigned, c.dept, c.id)
-			if !c.create {
-				virtualcluster.QueueQuotaOfTeam(b, &c.children, c.id, "")
+		byID[c.id] = c
+		ids = append(ids, c.id)
+		if !c.create {
+			updated = append(updated, c.id)
+		}
+	}
+	queueGetTeamsLocked(b, ids, func(t Team) {
+		if c := byID[t.ID]; c != nil {
+			c.cur, c.found = t, true
+		}
+	})
+	if len(updated) > 0 {
+		virtualcluster.QueueQuotaOfTeams(b, updated, func(team string, held quota.Resources) {
+			if c := byID[team]; c != nil {
+				c.children = held
 			}
 		})
 	}
@@ -86,12 +94,19 @@ func readTeamChanges(b *store.Batch, items []any) {
 // other teams are assigned now: as read, plus what the changes ahead of
 // this one moved.
 func (c *TeamChange) ahead(tx *store.Tx) (budget, assigned quota.Resources, ok bool) {
-	if c == nil || !tx.Prefetched() || c.batch == nil || c.again || c.failed != nil {
+	// An update of a team not found reads for itself (and meets the
+	// not-found there).
+	if c == nil || !tx.Prefetched() || c.batch == nil || c.again || (!c.create && !c.found) {
 		return budget, assigned, false
 	}
-	// Its own team is not among them: a change ahead of the same team
-	// makes this one read for itself (again).
-	assigned = c.assigned
+	// What the other teams are assigned: the team's own quota is taken
+	// out when it is one of the department's (as assignedExcept does); a
+	// change ahead of the same team makes this one read for itself
+	// (again), so none of the moves below is its own.
+	assigned = c.batch.assigned
+	if c.found && c.cur.Department == c.dept {
+		assigned = assigned.Sub(c.cur.Quota)
+	}
 	for _, moved := range c.batch.moved {
 		assigned = assigned.Add(moved)
 	}

@@ -99,6 +99,13 @@ const assignedExceptSQL = `
 		  FROM departments d LEFT JOIN teams t ON t.id = $2 AND t.department_id = d.id
 		 WHERE d.id = $1`
 
+// queueAssigned queues the read of what all the department's teams are
+// assigned (zero for a department not found).
+func queueAssigned(b *store.Batch, dst *quota.Resources, dept string) {
+	store.QueueOne(b, dst, `SELECT assigned_gpu_centi, assigned_cpu_millis, assigned_memory_bytes FROM departments WHERE id = $1`,
+		false, scanBudget, nil, dept)
+}
+
 // queueAssignedExcept is assignedExcept, queued in b (for Tx.Send).
 func queueAssignedExcept(b *store.Batch, dst *quota.Resources, dept, excludeTeam string) {
 	store.QueueOne(b, dst, assignedExceptSQL, false, scanBudget, nil, dept, excludeTeam)

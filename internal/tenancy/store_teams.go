@@ -41,6 +41,24 @@ func QueueGetTeam(b *store.Batch, dst *Team, id string, lock bool) {
 	store.QueueOne(b, dst, `SELECT `+teamColumns+` FROM teams WHERE id = $1`, lock, scanTeam, errs.NotFound(names.Team(id)), id)
 }
 
+// queueGetTeamsLocked is QueueGetTeam (locked) for many teams in one
+// statement: each is locked in the order of ids, and each one found is
+// handed to found (ids not found are left out).
+func queueGetTeamsLocked(b *store.Batch, ids []string, found func(Team)) {
+	b.QueueRows(func(rows pgx.Rows) error {
+		for rows.Next() {
+			t, err := scanTeam(rows)
+			if err != nil {
+				return err
+			}
+			found(t)
+		}
+		return rows.Err()
+	}, `SELECT t.* FROM unnest($1::text[]) WITH ORDINALITY AS u(id, n)
+		CROSS JOIN LATERAL (SELECT `+teamColumns+` FROM teams WHERE id = u.id FOR UPDATE) t
+		ORDER BY u.n`, ids)
+}
+
 // GetTeam reads a team; lock takes a row lock (in a Tx).
 func GetTeam(ctx context.Context, q store.Querier, id string, lock bool) (Team, error) {
 	return store.GetOne(ctx, q, `SELECT `+teamColumns+` FROM teams WHERE id = $1`, lock, scanTeam, errs.NotFound(names.Team(id)), id)

@@ -428,6 +428,7 @@ func TestTeamChangesInOneBatchWriteAsOne(t *testing.T) {
 		t.Errorf("queued for reconcile: %q, want the updated teams' virtual clusters vc-x1 vc-y1", queued)
 	}
 	for id, q := range map[string]quota.Resources{"x1": gpus(2), "x2": gpus(3), "y1": gpus(4), "x3": gpus(1)} {
+		// (before the updates below)
 		team, err := tenancy.GetTeam(f.ctx, f.db, id, false)
 		f.must(err)
 		wantVersion, wantName := int64(2), "grown "+id
@@ -438,8 +439,20 @@ func TestTeamChangesInOneBatchWriteAsOne(t *testing.T) {
 			t.Errorf("team %s: %v %q at version %d, want %v %q at %d", id, team.Quota, team.DisplayName, team.Version, q, wantName, wantVersion)
 		}
 	}
-	// solo 1 + x1 2 + x2 3 + x3 1 + y1 4 + y3 1
-	if assigned, err := tenancy.ChildrenOfDepartment(f.ctx, f.db, "lab"); err != nil || assigned != gpus(12) {
-		t.Errorf("lab's teams are assigned %v (%v), want 12 GPUs", assigned, err)
+	// An update of a team that is not there gets the not-found it gets
+	// alone; the ones beside it go on.
+	results, _, _ = lineUp(update("x3", gpus(2)), update("nope", gpus(1)), update("y3", gpus(2)))
+	if results[0] != nil || results[2] != nil || errs.KindOf(results[1]) != errs.KindNotFound {
+		t.Errorf("updates x3, nope (not there), y3: %v, want nil, not found, nil", results)
+	}
+	// solo 1 + x1 2 + x2 3 + x3 2 + y1 4 + y3 2 = 14 of 16: y1 may grow
+	// to 6 (its own 4 is not counted twice), and then nothing more fits.
+	results, _, _ = lineUp(update("y1", gpus(6)), update("solo", gpus(2)))
+	if results[0] != nil {
+		t.Errorf("y1 growing into what is left: %v", results[0])
+	}
+	wantReason(t, results[1], errs.KindFailedPrecondition, errs.ReasonQuotaExceeded)
+	if assigned, err := tenancy.ChildrenOfDepartment(f.ctx, f.db, "lab"); err != nil || assigned != gpus(16) {
+		t.Errorf("lab's teams are assigned %v (%v), want 16 GPUs", assigned, err)
 	}
 }

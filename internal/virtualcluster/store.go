@@ -88,6 +88,25 @@ func QueueGet(b *store.Batch, dst *VirtualCluster, id string, lock bool) {
 		errs.NotFound("virtual cluster "+id), id, gonePhases)
 }
 
+// QueueGetLocked is QueueGet (locked) for many virtual clusters in one
+// statement: the current incarnation of each of ids, locked in that
+// order; each one found is handed to found (ids not found are left out).
+func QueueGetLocked(b *store.Batch, ids []string, found func(VirtualCluster)) {
+	b.QueueRows(func(rows pgx.Rows) error {
+		for rows.Next() {
+			v, err := scan(rows)
+			if err != nil {
+				return err
+			}
+			found(v)
+		}
+		return rows.Err()
+	}, `SELECT v.* FROM unnest($1::text[]) WITH ORDINALITY AS u(id, n)
+		CROSS JOIN LATERAL (SELECT `+columns+` FROM virtual_clusters WHERE id = u.id
+		                     ORDER BY phase = ANY($2), create_time DESC, uid LIMIT 1 FOR UPDATE) v
+		ORDER BY u.n`, ids, gonePhases)
+}
+
 // GetOfTeam reads a team's virtual cluster by id: its newest incarnation
 // in that team. Another team may have taken the id since (after this one
 // was rejected or deleted); this one is still the team's to read.
@@ -360,6 +379,25 @@ const quotaOfTeamSQL = `WITH x AS (` + heldBy + ` AND v.team_id = $3),
 func scanSum(row pgx.Row) (quota.Resources, error) {
 	var r quota.Resources
 	return r, row.Scan(&r.GPU, &r.CPUMillis, &r.MemoryBytes)
+}
+
+// QueueQuotaOfTeams is QuotaOfTeam (excluding none) for many teams in one
+// statement: each team's sum is handed to each, teams holding nothing
+// included.
+func QueueQuotaOfTeams(b *store.Batch, teams []string, each func(team string, held quota.Resources)) {
+	b.QueueRows(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var team string
+			var r quota.Resources
+			if err := rows.Scan(&team, &r.GPU, &r.CPUMillis, &r.MemoryBytes); err != nil {
+				return err
+			}
+			each(team, r)
+		}
+		return rows.Err()
+	}, `SELECT u.team, COALESCE(SUM(h.gpu_centi),0), COALESCE(SUM(h.cpu_millis),0), COALESCE(SUM(h.memory_bytes),0)
+		  FROM unnest($1::text[]) AS u(team) LEFT JOIN held_quota h ON h.team_id = u.team
+		 GROUP BY u.team`, teams)
 }
 
 // QueueQuotaOfTeam is QuotaOfTeam, queued in b (for Tx.Send).
