@@ -385,12 +385,11 @@ func (f *appFixture) groupShape(b *testing.B, fn func()) {
 	b.Helper()
 	before := f.env.App.DB().GroupStats()
 	fn()
-	after := f.env.App.DB().GroupStats()
-	batches, members := after.Batches-before.Batches, after.Members-before.Members
-	if batches > 0 && members > 0 {
-		b.ReportMetric(float64(members)/float64(batches), "members/batch")
-		b.ReportMetric(float64(after.RoundTrips-before.RoundTrips)/float64(members), "trips/member")
-		b.ReportMetric(float64(after.SetFlushes-before.SetFlushes)/float64(batches), "setflushes/batch")
+	d := f.env.App.DB().GroupStats().Since(before)
+	if d.Batches > 0 && d.Members > 0 {
+		b.ReportMetric(float64(d.Members)/float64(d.Batches), "members/batch")
+		b.ReportMetric(float64(d.RoundTrips)/float64(d.Members), "trips/member")
+		b.ReportMetric(float64(d.SetFlushes)/float64(d.Batches), "setflushes/batch")
 	}
 }
 

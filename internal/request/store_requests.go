@@ -47,16 +47,7 @@ func QueueGet(b *store.Batch, dst *Request, id string, lock bool) {
 // each is locked in the order of ids, and each one found is handed to
 // found (ids not found are left out).
 func QueueGetLocked(b *store.Batch, ids []string, found func(Request)) {
-	b.QueueRows(func(rows pgx.Rows) error {
-		for rows.Next() {
-			r, err := scan(rows)
-			if err != nil {
-				return err
-			}
-			found(r)
-		}
-		return rows.Err()
-	}, `SELECT r.* FROM unnest($1::text[]) WITH ORDINALITY AS u(id, n)
+	store.QueueEach(b, scan, found, `SELECT r.* FROM unnest($1::text[]) WITH ORDINALITY AS u(id, n)
 		CROSS JOIN LATERAL (SELECT `+columns+` FROM requests WHERE id = u.id FOR UPDATE) r
 		ORDER BY u.n`, ids)
 }

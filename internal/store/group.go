@@ -108,6 +108,13 @@ type GroupStats struct {
 	SetFlushes, SetFallbacks uint64
 }
 
+// Since is what the counters moved from before to s.
+func (s GroupStats) Since(before GroupStats) GroupStats {
+	return GroupStats{Batches: s.Batches - before.Batches, Members: s.Members - before.Members,
+		RoundTrips: s.RoundTrips - before.RoundTrips, SetFlushes: s.SetFlushes - before.SetFlushes,
+		SetFallbacks: s.SetFallbacks - before.SetFallbacks}
+}
+
 // GroupStats reports the counters of InGroupTx (exported as metrics).
 func (db *DB) GroupStats() GroupStats {
 	g := &db.groups

@@ -475,13 +475,19 @@ func QueueOne[T any](b *Batch, dst *T, sql string, lock bool, scan func(pgx.Row)
 // QueueMany adds a query whose rows (each read by scan) are appended to
 // *dst.
 func QueueMany[T any](b *Batch, dst *[]T, scan func(pgx.Row) (T, error), sql string, args ...any) {
+	QueueEach(b, scan, func(v T) { *dst = append(*dst, v) }, sql, args...)
+}
+
+// QueueEach adds a query whose rows, each read by scan, are handed to each
+// in order.
+func QueueEach[T any](b *Batch, scan func(pgx.Row) (T, error), each func(T), sql string, args ...any) {
 	b.QueueRows(func(rows pgx.Rows) error {
 		for rows.Next() {
 			v, err := scan(rows)
 			if err != nil {
 				return err
 			}
-			*dst = append(*dst, v)
+			each(v)
 		}
 		return rows.Err()
 	}, sql, args...)

@@ -59,12 +59,6 @@ func setMember(ctx context.Context, db *store.DB, key string, note *string, ids 
 	}
 }
 
-func statsSince(before, got store.GroupStats) store.GroupStats {
-	return store.GroupStats{Batches: got.Batches - before.Batches, Members: got.Members - before.Members,
-		RoundTrips: got.RoundTrips - before.RoundTrips, SetFlushes: got.SetFlushes - before.SetFlushes,
-		SetFallbacks: got.SetFallbacks - before.SetFallbacks}
-}
-
 // TestSetWritesOfABatchGoOutTogether: members of one batch that queued the
 // same writes have them made in one statement per write, member after
 // member and in each member's order (NULLs kept), in one transaction and
@@ -94,7 +88,7 @@ func TestSetWritesOfABatchGoOutTogether(t *testing.T) {
 		t.Errorf("written by %d transactions (%v), want 1", xids, err)
 	}
 	// The blocker (insert, COMMIT), then BEGIN with the set write, COMMIT.
-	if got := statsSince(before, db.GroupStats()); got != (store.GroupStats{Batches: 2, Members: 4, RoundTrips: 4, SetFlushes: 1}) {
+	if got := db.GroupStats().Since(before); got != (store.GroupStats{Batches: 2, Members: 4, RoundTrips: 4, SetFlushes: 1}) {
 		t.Errorf("GroupStats: %+v", got)
 	}
 }
@@ -122,7 +116,7 @@ func TestSetWritesThatFailAreSentMemberByMember(t *testing.T) {
 	if got := fmt.Sprint(rows()); got != "[a1:null a2:null b:null dup:null d1:null d2:null]" {
 		t.Errorf("rows: %s", got)
 	}
-	got := statsSince(before, db.GroupStats())
+	got := db.GroupStats().Since(before)
 	if got.SetFlushes != 0 || got.SetFallbacks != 1 {
 		// After the fallback only the fourth member's writes are left to
 		// send again: one member, nothing to merge.
@@ -156,7 +150,7 @@ func TestSetWritesNotMergedWithOtherWrites(t *testing.T) {
 	if got := fmt.Sprint(rows()); got != "[a:null plain:null b:null]" {
 		t.Errorf("rows: %s", got)
 	}
-	if got := statsSince(before, db.GroupStats()); got.SetFlushes != 0 || got.SetFallbacks != 0 {
+	if got := db.GroupStats().Since(before); got.SetFlushes != 0 || got.SetFallbacks != 0 {
 		t.Errorf("GroupStats: %+v, want no set writes tried", got)
 	}
 }
@@ -189,7 +183,7 @@ func TestMappedSetWritesMapTheirOwnMembersFailure(t *testing.T) {
 			t.Fatalf("change %d: %v", i, err)
 		}
 	}
-	if got := statsSince(before, db.GroupStats()); got.SetFlushes != 1 || got.SetFallbacks != 0 {
+	if got := db.GroupStats().Since(before); got.SetFlushes != 1 || got.SetFallbacks != 0 {
 		t.Fatalf("GroupStats: %+v, want the batch written as one", got)
 	}
 	// The line-up's blocker writes the same row each time.
@@ -201,7 +195,7 @@ func TestMappedSetWritesMapTheirOwnMembersFailure(t *testing.T) {
 	if results[0] != nil || results[1] == nil || results[1].Error() != "m2 is taken" || results[2] != nil {
 		t.Fatalf("results %v, want nil, \"m2 is taken\", nil", results)
 	}
-	if got := statsSince(before, db.GroupStats()); got.SetFallbacks != 1 {
+	if got := db.GroupStats().Since(before); got.SetFallbacks != 1 {
 		t.Errorf("GroupStats: %+v, want one fallback", got)
 	}
 	if got := fmt.Sprint(rows()); got != "[m1:null m2:null m3:null n1:null n3:null]" {

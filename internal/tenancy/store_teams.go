@@ -45,16 +45,7 @@ func QueueGetTeam(b *store.Batch, dst *Team, id string, lock bool) {
 // statement: each is locked in the order of ids, and each one found is
 // handed to found (ids not found are left out).
 func queueGetTeamsLocked(b *store.Batch, ids []string, found func(Team)) {
-	b.QueueRows(func(rows pgx.Rows) error {
-		for rows.Next() {
-			t, err := scanTeam(rows)
-			if err != nil {
-				return err
-			}
-			found(t)
-		}
-		return rows.Err()
-	}, `SELECT t.* FROM unnest($1::text[]) WITH ORDINALITY AS u(id, n)
+	store.QueueEach(b, scanTeam, found, `SELECT t.* FROM unnest($1::text[]) WITH ORDINALITY AS u(id, n)
 		CROSS JOIN LATERAL (SELECT `+teamColumns+` FROM teams WHERE id = u.id FOR UPDATE) t
 		ORDER BY u.n`, ids)
 }

@@ -317,7 +317,7 @@ func TestTeamChangesInOneBatchTakeTheBudgetInTurn(t *testing.T) {
 	}
 	wantReason(t, results[1], errs.KindFailedPrecondition, errs.ReasonQuotaExceeded)
 	wantReason(t, results[3], errs.KindFailedPrecondition, errs.ReasonQuotaExceeded)
-	if got := f.db.GroupStats(); got.Batches-before.Batches != 2 || got.Members-before.Members != 5 {
+	if got := f.db.GroupStats().Since(before); got.Batches != 2 || got.Members != 5 {
 		t.Errorf("batches %+v -> %+v, want the four changes in one batch", before, got)
 	}
 	// a was changed twice (version 3), b not at all.
@@ -370,11 +370,11 @@ func TestTeamChangesInOneBatchWriteAsOne(t *testing.T) {
 			})
 		}
 	}
-	lineUp := func(calls ...func() error) (results []error, set, fallbacks uint64) {
+	lineUp := func(calls ...func() error) ([]error, uint64, uint64) {
 		before := f.db.GroupStats()
-		results = storetest.LineUp(t, f.ctx, f.db, tenancy.DepartmentGroup("lab"), nil, calls...)
-		after := f.db.GroupStats()
-		return results, after.SetFlushes - before.SetFlushes, after.SetFallbacks - before.SetFallbacks
+		results := storetest.LineUp(t, f.ctx, f.db, tenancy.DepartmentGroup("lab"), nil, calls...)
+		d := f.db.GroupStats().Since(before)
+		return results, d.SetFlushes, d.SetFallbacks
 	}
 	results, set, fallbacks := lineUp(create("x1"), create("x2"), create("x3"))
 	for _, err := range results {

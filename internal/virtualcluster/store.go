@@ -92,16 +92,7 @@ func QueueGet(b *store.Batch, dst *VirtualCluster, id string, lock bool) {
 // statement: the current incarnation of each of ids, locked in that
 // order; each one found is handed to found (ids not found are left out).
 func QueueGetLocked(b *store.Batch, ids []string, found func(VirtualCluster)) {
-	b.QueueRows(func(rows pgx.Rows) error {
-		for rows.Next() {
-			v, err := scan(rows)
-			if err != nil {
-				return err
-			}
-			found(v)
-		}
-		return rows.Err()
-	}, `SELECT v.* FROM unnest($1::text[]) WITH ORDINALITY AS u(id, n)
+	store.QueueEach(b, scan, found, `SELECT v.* FROM unnest($1::text[]) WITH ORDINALITY AS u(id, n)
 		CROSS JOIN LATERAL (SELECT `+columns+` FROM virtual_clusters WHERE id = u.id
 		                     ORDER BY phase = ANY($2), create_time DESC, uid LIMIT 1 FOR UPDATE) v
 		ORDER BY u.n`, ids, gonePhases)
