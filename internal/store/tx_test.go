@@ -88,15 +88,28 @@ func TestInTxRetriesDeadlock(t *testing.T) {
 	var attempts atomic.Int32
 	var bothLocked sync.WaitGroup
 	bothLocked.Add(2)
-	transfer := func(first, second int) error {
-		firstAttempt := true
+	// committed[i] closes when transfer i has returned. The victim's retry
+	// waits for the other one to commit first: otherwise, on a loaded
+	// machine, the retry can take its first row before the winner (just
+	// woken) takes it, and the two deadlock again.
+	committed := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	transfer := func(i, first, second int) error {
+		defer close(committed[i])
+		attempt := 0
 		return store.New(pool).InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
 			attempts.Add(1)
+			attempt++
+			if attempt > 1 {
+				select {
+				case <-committed[1-i]:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
 			if _, err := tx.Exec(ctx, "UPDATE acct SET n = n + 1 WHERE id = $1", first); err != nil {
 				return err
 			}
-			if firstAttempt {
-				firstAttempt = false
+			if attempt == 1 {
 				bothLocked.Done()
 				bothLocked.Wait()
 			}
@@ -105,8 +118,8 @@ func TestInTxRetriesDeadlock(t *testing.T) {
 		})
 	}
 	errc := make(chan error, 2)
-	go func() { errc <- transfer(1, 2) }()
-	go func() { errc <- transfer(2, 1) }()
+	go func() { errc <- transfer(0, 1, 2) }()
+	go func() { errc <- transfer(1, 2, 1) }()
 	for range 2 {
 		if err := <-errc; err != nil {
 			t.Fatalf("InTx: %v", err)
