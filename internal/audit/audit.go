@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,7 +47,7 @@ func toJSON(v any) ([]byte, error) {
 // goneLiteral is virtualcluster.GonePhases as an SQL array literal (the
 // phases are the package's constants, never input), so that the set form
 // of the insert needs no argument that is the same for every row.
-var goneLiteral = "'{" + strings.Join(virtualcluster.GonePhases, ",") + "}'::text[]"
+var goneLiteral = store.TextArrayLiteral(virtualcluster.GonePhases)
 
 // recordEvent inserts one event ($1 actor, $2 its groups as a JSON array,
 // $3 action, $4 resource, $5 request id, $6 correlation id, $7 department,

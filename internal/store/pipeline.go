@@ -45,6 +45,7 @@ type stmt struct {
 const (
 	memberBegin    = -1 // BEGIN
 	memberPrefetch = -2 // the savepoint before a batch's prefetch
+	memberMerged   = -3 // a batch's set writes and their savepoint
 )
 
 // deferredError is the error of a statement that ran after the call that

@@ -2,9 +2,9 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
+	"strings"
 )
 
 // Set writes.
@@ -143,45 +143,36 @@ func (t *Tx) flushMerged(ctx context.Context, g *groups) error {
 	if !ok {
 		return t.flush(ctx)
 	}
-	b := &pgx.Batch{}
-	began := t.begin != ""
-	if began {
-		b.Queue(t.begin)
-		t.begin, t.started = "", true
-	}
-	b.Queue(`SAVEPOINT ` + mergedSavepoint)
+	own := t.queued
+	// flush sends BEGIN first if it is pending; a failing BEGIN or
+	// savepoint ends the batch as it would anywhere.
+	t.queued = []stmt{{sql: `SAVEPOINT ` + mergedSavepoint, member: memberMerged, savepoint: true}}
 	for _, r := range runs {
-		b.Queue(r.w.Many, columns(r.rows)...)
+		t.queued = append(t.queued, stmt{sql: r.w.Many, args: columns(r.rows), member: memberMerged})
 	}
-	t.roundTrip()
-	br := t.conn.SendBatch(ctx, b)
-	var err error
-	for i := range b.Len() {
-		if _, err = br.Exec(); err != nil {
-			if i == 0 || (began && i == 1) {
-				_ = br.Close()
-				return rollbackError{fmt.Errorf("store: begin or savepoint before set writes: %w", err)}
-			}
-			break
-		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	err := t.flush(ctx)
 	if err == nil {
-		t.queued = nil
 		g.setFlushes.Add(1)
 		return nil
 	}
-	g.setFallbacks.Add(1)
-	if t.conn.Conn().PgConn().IsClosed() {
-		return rollbackError{fmt.Errorf("store: set writes: %w", err)}
+	if d := (*deferredError)(nil); !errors.As(err, &d) || d.member != memberMerged {
+		return err
 	}
+	g.setFallbacks.Add(1)
+	t.failed = nil
 	t.roundTrip()
 	if _, rerr := t.conn.Exec(ctx, `ROLLBACK TO SAVEPOINT `+mergedSavepoint); rerr != nil {
 		return rollbackError{fmt.Errorf("store: undoing set writes: %w", rerr)}
 	}
+	t.queued = own
 	return t.flush(ctx)
+}
+
+// TextArrayLiteral is values as an SQL text[] literal, for a set of
+// constants the code owns (never input) that the set form of a write
+// needs in its text rather than as one more argument of every row.
+func TextArrayLiteral(values []string) string {
+	return "'{" + strings.Join(values, ",") + "}'::text[]"
 }
 
 // columns turns rows of arguments into one array argument per column.

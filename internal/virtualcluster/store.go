@@ -376,17 +376,15 @@ func scanSum(row pgx.Row) (quota.Resources, error) {
 // statement: each team's sum is handed to each, teams holding nothing
 // included.
 func QueueQuotaOfTeams(b *store.Batch, teams []string, each func(team string, held quota.Resources)) {
-	b.QueueRows(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var team string
-			var r quota.Resources
-			if err := rows.Scan(&team, &r.GPU, &r.CPUMillis, &r.MemoryBytes); err != nil {
-				return err
-			}
-			each(team, r)
-		}
-		return rows.Err()
-	}, `SELECT u.team, COALESCE(SUM(h.gpu_centi),0), COALESCE(SUM(h.cpu_millis),0), COALESCE(SUM(h.memory_bytes),0)
+	type teamSum struct {
+		team string
+		held quota.Resources
+	}
+	store.QueueEach(b, func(row pgx.Row) (teamSum, error) {
+		var s teamSum
+		return s, row.Scan(&s.team, &s.held.GPU, &s.held.CPUMillis, &s.held.MemoryBytes)
+	}, func(s teamSum) { each(s.team, s.held) },
+		`SELECT u.team, COALESCE(SUM(h.gpu_centi),0), COALESCE(SUM(h.cpu_millis),0), COALESCE(SUM(h.memory_bytes),0)
 		  FROM unnest($1::text[]) AS u(team) LEFT JOIN held_quota h ON h.team_id = u.team
 		 GROUP BY u.team`, teams)
 }

@@ -14,7 +14,6 @@ package workqueue
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,14 +33,14 @@ const upsert = ` ON CONFLICT (virtual_cluster_id) DO UPDATE
 
 // enqueueOne is Enqueue's write; as Many, for several virtual clusters
 // at once (a batch of approvals, store.SetWrite). Two rows for one virtual
-// cluster fail Many (ON CONFLICT cannot touch a row twice), and the batch
-// then sends them one by one.
+// cluster are not merged (Key): ON CONFLICT cannot touch a row twice.
 var enqueueOne = &store.SetWrite{
 	One: `INSERT INTO reconcile_work (virtual_cluster_id, enqueue_time, run_after, trace_parent)
 		VALUES ($1, clock_timestamp(), clock_timestamp(), $2)` + upsert,
 	Many: `INSERT INTO reconcile_work (virtual_cluster_id, enqueue_time, run_after, trace_parent)
 		SELECT u.id, clock_timestamp(), clock_timestamp(), u.trace_parent
 		  FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(id, trace_parent, n) ORDER BY u.n` + upsert,
+	Key: 1,
 }
 
 // Enqueue asks for a reconcile of the virtual cluster.
@@ -55,7 +54,7 @@ func Enqueue(ctx context.Context, tx *store.Tx, virtualCluster string) error {
 // resyncLiteral is resyncPhases as an SQL array literal (the phases are
 // the package's constants, never input), so that the set form of
 // EnqueueTeam needs no argument that is the same for every row.
-var resyncLiteral = "'{" + strings.Join(resyncPhases, ",") + "}'::text[]"
+var resyncLiteral = store.TextArrayLiteral(resyncPhases)
 
 // enqueueTeamRows is EnqueueTeam's write; as Many, for the teams of a
 // batch of team changes (store.SetWrite), team by team.
