@@ -243,7 +243,8 @@ func (db *DB) runBatch(key string, st *groupState, batch []*groupMember) {
 }
 
 // runGroup runs one batch in one transaction and answers every member;
-// executed runs (once) when the members ran, before COMMIT.
+// executed runs (once) when the members ran, before their last writes and
+// COMMIT go out.
 func (db *DB) runGroup(batch []*groupMember, executed func()) {
 	prefetch, prefetched := prefetchFirst(batch)
 	results := make([]error, len(batch))
@@ -303,9 +304,13 @@ func (db *DB) runGroup(batch []*groupMember, executed func()) {
 					prefetch.Done(batch[i].item)
 				}
 			} else {
-				// The last members' deferred writes, before COMMIT, so
-				// that a failure among them is still one member's.
-				if err = tx.flushMerged(ctx, &db.groups); err == nil {
+				// The last members' deferred writes go out with COMMIT
+				// (commitMerged). A failure among them is still one
+				// member's: PostgreSQL skipped the COMMIT behind it, and
+				// the batch goes on from that member's savepoint. The
+				// next batch need not wait for this round trip.
+				once.Do(executed)
+				if err = tx.commitMerged(ctx, &db.groups); err == nil {
 					return nil
 				}
 			}

@@ -77,6 +77,9 @@ type Tx struct {
 	// (mapped it by SQLSTATE, say), the group takes the failure from here.
 	failed *deferredError
 	signal bool
+	// committed: COMMIT went out with the last statements and succeeded
+	// (commitQueued); InTx has nothing left to commit.
+	committed bool
 	// prefetched: see Prefetched.
 	prefetched bool
 	// roundTrips counts what the connection is sent, when set (GroupStats).
@@ -266,12 +269,27 @@ func hasQueryOptions(args []any) bool {
 }
 
 // commit sends the queue with COMMIT. A transaction that never sent
-// anything has nothing to commit.
+// anything has nothing to commit, and one that a group's last round trip
+// committed already (commitQueued) has nothing left.
 func (t *Tx) commit(ctx context.Context) error {
+	if t.committed {
+		return nil
+	}
 	if t.begin != "" && len(t.queued) == 0 { // BEGIN not sent yet: nothing ran
 		t.begin = ""
 		return nil
 	}
+	return t.commitQueued(ctx)
+}
+
+// commitQueued sends what is queued followed by COMMIT, in one round
+// trip. PostgreSQL runs a pipeline in order and skips everything after a
+// failing statement up to its end, COMMIT included: a queued statement's
+// failure is returned as flush returns it (the member's, for a group),
+// and the transaction is still open, for the caller to roll back to a
+// savepoint and go on, or to end. A failing COMMIT has ended the
+// transaction (PostgreSQL rolls it back).
+func (t *Tx) commitQueued(ctx context.Context) error {
 	b, sent := t.batch()
 	b.Queue("COMMIT")
 	t.roundTrip()
@@ -289,7 +307,7 @@ func (t *Tx) commit(ctx context.Context) error {
 		err = cerr
 	}
 	if err == nil {
-		t.started = false
+		t.started, t.committed = false, true
 	}
 	return err
 }

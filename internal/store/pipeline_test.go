@@ -94,8 +94,9 @@ func TestGroupTxDeferredFailureBelongsToItsMember(t *testing.T) {
 	}
 }
 
-// The last members' deferred writes are sent before COMMIT, so a failure
-// among them is still one member's and the others commit.
+// The last members' deferred writes go out with COMMIT; a failure among
+// them makes PostgreSQL skip the COMMIT, so it is still one member's and
+// the others commit.
 func TestGroupTxLastMembersDeferredFailure(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)

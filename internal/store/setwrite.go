@@ -10,8 +10,8 @@ import (
 // Set writes.
 //
 // The members of a batch whose reads were made ahead (Prefetch) send no
-// statement of their own: all their writes wait for the flush before
-// COMMIT, and the database runs them one after the other while the
+// statement of their own: all their writes wait for the batch's last
+// round trip, the one that ends with COMMIT, and the database runs them one after the other while the
 // department is locked: a SAVEPOINT and a handful of one-row statements
 // per member, each with its own executor start, index updates and trigger
 // calls. A SetWrite is a write that can also be made for many rows in one
@@ -135,22 +135,24 @@ func (t *Tx) mergePlan() (runs []setRun, ok bool) {
 	return runs, true
 }
 
-// flushMerged is flush for the batch's last writes before COMMIT: as set
-// statements when mergePlan can, as queued otherwise (and when the set
-// statements fail). It counts what it did in g.
-func (t *Tx) flushMerged(ctx context.Context, g *groups) error {
+// commitMerged sends the batch's last writes with COMMIT, in one round
+// trip (commitQueued): as set statements when mergePlan can, as queued
+// otherwise (and when the set statements fail, after undoing them). A
+// member's failure leaves the transaction open, as commitQueued says, for
+// runGroup to recover. It counts what it did in g.
+func (t *Tx) commitMerged(ctx context.Context, g *groups) error {
 	runs, ok := t.mergePlan()
 	if !ok {
-		return t.flush(ctx)
+		return t.commitQueued(ctx)
 	}
 	own := t.queued
-	// flush sends BEGIN first if it is pending; a failing BEGIN or
-	// savepoint ends the batch as it would anywhere.
+	// BEGIN goes first if it is pending; a failing BEGIN or savepoint ends
+	// the batch as it would anywhere.
 	t.queued = []stmt{{sql: `SAVEPOINT ` + mergedSavepoint, member: memberMerged, savepoint: true}}
 	for _, r := range runs {
 		t.queued = append(t.queued, stmt{sql: r.w.Many, args: columns(r.rows), member: memberMerged})
 	}
-	err := t.flush(ctx)
+	err := t.commitQueued(ctx)
 	if err == nil {
 		g.setFlushes.Add(1)
 		return nil
@@ -158,6 +160,8 @@ func (t *Tx) flushMerged(ctx context.Context, g *groups) error {
 	if d := (*deferredError)(nil); !errors.As(err, &d) || d.member != memberMerged {
 		return err
 	}
+	// A set statement failed, so COMMIT did not run: undo the set
+	// statements and send each member's own.
 	g.setFallbacks.Add(1)
 	t.failed = nil
 	t.roundTrip()
@@ -165,7 +169,7 @@ func (t *Tx) flushMerged(ctx context.Context, g *groups) error {
 		return rollbackError{fmt.Errorf("store: undoing set writes: %w", rerr)}
 	}
 	t.queued = own
-	return t.flush(ctx)
+	return t.commitQueued(ctx)
 }
 
 // TextArrayLiteral is values as an SQL text[] literal, for a set of
