@@ -11,10 +11,10 @@ import (
 //
 // The members of a batch whose reads were made ahead (Prefetch) send no
 // statement of their own: all their writes wait for the batch's last
-// round trip, the one that ends with COMMIT, and the database runs them one after the other while the
-// department is locked: a SAVEPOINT and a handful of one-row statements
-// per member, each with its own executor start, index updates and trigger
-// calls. A SetWrite is a write that can also be made for many rows in one
+// round trip, the one that ends with COMMIT, and the database runs them
+// one after the other while the department is locked: a SAVEPOINT and a
+// handful of one-row statements per member, each with its own executor
+// start, index updates and trigger calls. A SetWrite is a write that can also be made for many rows in one
 // statement (UPDATE ... FROM unnest(...), INSERT ... SELECT FROM
 // unnest(...)). When every member in that flush queued the same writes
 // in the same order, the flush sends each of them once for all members,
