@@ -77,9 +77,6 @@ type Tx struct {
 	// (mapped it by SQLSTATE, say), the group takes the failure from here.
 	failed *deferredError
 	signal bool
-	// committed: COMMIT went out with the last statements and succeeded
-	// (commitQueued); InTx has nothing left to commit.
-	committed bool
 	// prefetched: see Prefetched.
 	prefetched bool
 	// roundTrips counts what the connection is sent, when set (GroupStats).
@@ -268,14 +265,11 @@ func hasQueryOptions(args []any) bool {
 	return ok
 }
 
-// commit sends the queue with COMMIT. A transaction that never sent
-// anything has nothing to commit, and one that a group's last round trip
-// committed already (commitQueued) has nothing left.
+// commit sends the queue with COMMIT. A transaction with nothing started
+// and nothing queued has nothing to commit: it never sent anything, or a
+// group's last round trip committed it already (commitQueued).
 func (t *Tx) commit(ctx context.Context) error {
-	if t.committed {
-		return nil
-	}
-	if t.begin != "" && len(t.queued) == 0 { // BEGIN not sent yet: nothing ran
+	if !t.started && len(t.queued) == 0 {
 		t.begin = ""
 		return nil
 	}
@@ -307,7 +301,7 @@ func (t *Tx) commitQueued(ctx context.Context) error {
 		err = cerr
 	}
 	if err == nil {
-		t.started, t.committed = false, true
+		t.started = false
 	}
 	return err
 }

@@ -14,9 +14,9 @@ import (
 // round trip, the one that ends with COMMIT, and the database runs them
 // one after the other while the department is locked: a SAVEPOINT and a
 // handful of one-row statements per member, each with its own executor
-// start, index updates and trigger calls. A SetWrite is a write that can also be made for many rows in one
-// statement (UPDATE ... FROM unnest(...), INSERT ... SELECT FROM
-// unnest(...)). When every member in that flush queued the same writes
+// start, index updates and trigger calls. A SetWrite is a write that can
+// also be made for many rows in one statement (UPDATE ... FROM
+// unnest(...), INSERT ... SELECT FROM unnest(...)). When every member in that flush queued the same writes
 // in the same order, the flush sends each of them once for all members,
 // after one savepoint; if that fails for any reason, it is undone and the
 // members' own statements are sent as queued, so that a failure is still
