@@ -52,6 +52,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,6 +106,32 @@ func runClients(b *testing.B, meter *cpuMeter, op func(ctx context.Context, clie
 	runNClients(b, benchClients, meter, op)
 }
 
+// profileWindow writes a Go CPU profile of the measured window alone (not
+// the fixture's set-up) to $GPUPLANE_BENCH_CPUPROFILE_DIR/<benchmark>.pprof
+// when that is set; -test.cpuprofile would mix in the set-up, and only one
+// CPU profile runs at a time, so do not pass both. It returns the stop.
+func profileWindow(b *testing.B) (stop func()) {
+	dir := os.Getenv("GPUPLANE_BENCH_CPUPROFILE_DIR")
+	if dir == "" {
+		return func() {}
+	}
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(b.Name())
+	out, err := os.Create(filepath.Join(dir, name+".pprof"))
+	if err != nil {
+		b.Fatalf("cpu profile: %v", err)
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		out.Close()
+		b.Fatalf("cpu profile: %v", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := out.Close(); err != nil {
+			b.Errorf("cpu profile: %v", err)
+		}
+	}
+}
+
 // runNClients is runClients with another number of clients.
 func runNClients(b *testing.B, clients int, meter *cpuMeter, op func(ctx context.Context, client, i int) error) {
 	b.Helper()
@@ -117,6 +145,7 @@ func runNClients(b *testing.B, clients int, meter *cpuMeter, op func(ctx context
 	var failed atomic.Bool
 	var wg sync.WaitGroup
 	n := int64(b.N)
+	stopProfile := profileWindow(b)
 	b.ResetTimer()
 	start := time.Now()
 	for c := range clients {
@@ -144,6 +173,7 @@ func runNClients(b *testing.B, clients int, meter *cpuMeter, op func(ctx context
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
+	stopProfile()
 	if meter != nil {
 		self1, ext1 := meter.read()
 		perOp := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(b.N) }

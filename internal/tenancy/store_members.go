@@ -147,16 +147,15 @@ func QueueGrantsOf(b *store.Batch, dst *[]Grant, username string, groups []strin
 }
 
 // GrantsOf loads, in one query, every team role a user (by name or group)
-// holds and every department its groups administer.
-func GrantsOf(ctx context.Context, q store.Querier, username string, groups []string) ([]Grant, error) {
-	if groups == nil {
-		groups = []string{}
-	}
-	rows, err := q.Query(ctx, grantsSQL+`SELECT team_id, department_id, role, member_id FROM grants`, username, groups)
-	if err != nil {
-		return nil, store.Classify(err)
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Grant, error) { return scanGrant(r) })
+// holds and every department its groups administer. Every call starts with
+// it, so it is a shared read (store.DB.SendShared): concurrent callers'
+// grants go out in one round trip, not one each.
+func GrantsOf(ctx context.Context, db *store.DB, username string, groups []string) ([]Grant, error) {
+	var b store.Batch
+	var grants []Grant
+	QueueGrantsOf(&b, &grants, username, groups)
+	err := db.SendShared(ctx, &b)
+	return grants, err
 }
 
 func scanGrant(row pgx.Row) (Grant, error) {
