@@ -100,7 +100,8 @@ var cpuPerOp sync.Map // string -> float64
 // less with the machine's load than throughput does; go_cpu_ms/op is the
 // part spent in this process (client, plus the gpuplane server and gateway
 // when they are under test). op gets the client
-// number (0..15) and the operation number (0..b.N-1, unique within this run).
+// number (0..15) and the operation number, unique within this run:
+// 0..b.N-1 for the measured ones, then the warm-up's (benchOps).
 func runClients(b *testing.B, meter *cpuMeter, op func(ctx context.Context, client, i int) error) {
 	b.Helper()
 	runNClients(b, benchClients, meter, op)
@@ -132,30 +133,34 @@ func profileWindow(b *testing.B) (stop func()) {
 	}
 }
 
-// runNClients is runClients with another number of clients.
-func runNClients(b *testing.B, clients int, meter *cpuMeter, op func(ctx context.Context, client, i int) error) {
-	b.Helper()
-	var self0, ext0 time.Duration
-	if meter != nil {
-		self0, ext0 = meter.read()
-	}
-	ctx := context.Background()
+// warmupPerClient is how many operations each client runs before the
+// measured ones (operation numbers b.N and up; see benchOps).
+const warmupPerClient = 16
+
+// warmupOps is how many warm-up operations clients run in all.
+func warmupOps(clients int) int { return clients * warmupPerClient }
+
+// benchOps is how many operation numbers a run at clients uses (b.N
+// measured, then the warm-up's): what an op that takes its input by
+// number (a pending request to approve) must have ready.
+func benchOps(b *testing.B, clients int) int { return b.N + warmupOps(clients) }
+
+// drive runs operations from..to-1 on clients goroutines and returns each
+// client's latencies, or nil when one failed (reported with b.Errorf).
+func drive(b *testing.B, ctx context.Context, clients, from, to int, op func(ctx context.Context, client, i int) error) [][]time.Duration {
 	per := make([][]time.Duration, clients)
 	var next atomic.Int64
+	next.Store(int64(from))
 	var failed atomic.Bool
 	var wg sync.WaitGroup
-	n := int64(b.N)
-	stopProfile := profileWindow(b)
-	b.ResetTimer()
-	start := time.Now()
 	for c := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lat := make([]time.Duration, 0, b.N/clients+1)
+			lat := make([]time.Duration, 0, (to-from)/clients+1)
 			for !failed.Load() {
 				i := next.Add(1) - 1
-				if i >= n {
+				if i >= int64(to) {
 					break
 				}
 				t0 := time.Now()
@@ -171,9 +176,37 @@ func runNClients(b *testing.B, clients int, meter *cpuMeter, op func(ctx context
 		}()
 	}
 	wg.Wait()
+	if failed.Load() {
+		return nil
+	}
+	return per
+}
+
+// runNClients is runClients with another number of clients.
+func runNClients(b *testing.B, clients int, meter *cpuMeter, op func(ctx context.Context, client, i int) error) {
+	b.Helper()
+	ctx := context.Background()
+	// Warm up, unmeasured: the first moments of a burst (connections
+	// opening, the Go heap and the database's caches growing, the first
+	// batches forming) are not the steady state the bars are about.
+	warm := warmupOps(clients)
+	if drive(b, ctx, clients, b.N, b.N+warm, op) == nil {
+		return
+	}
+	var self0, ext0 time.Duration
+	if meter != nil {
+		self0, ext0 = meter.read()
+	}
+	stopProfile := profileWindow(b)
+	b.ResetTimer()
+	start := time.Now()
+	per := drive(b, ctx, clients, 0, b.N, op)
 	elapsed := time.Since(start)
 	b.StopTimer()
 	stopProfile()
+	if per == nil {
+		return
+	}
 	if meter != nil {
 		self1, ext1 := meter.read()
 		perOp := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / float64(b.N) }
@@ -834,7 +867,7 @@ func BenchmarkCreate(b *testing.B) {
 	// creates): diagnostic. REST's department grows to b.N teams, and
 	// CreateTeam sums all of them under the lock.
 	b.Run("REST_dept100", func(b *testing.B) {
-		depts := make([]string, b.N/100+1)
+		depts := make([]string, benchOps(b, benchClients)/100+1)
 		for i := range depts {
 			depts[i] = f.freshDepartment(b)
 		}
@@ -910,7 +943,7 @@ func BenchmarkCreate(b *testing.B) {
 		})
 	})
 	b.Run("Approve", func(b *testing.B) {
-		pending := f.pendingRequests(b, reqTeam, b.N)
+		pending := f.pendingRequests(b, reqTeam, benchOps(b, benchClients))
 		f.groupShape(b, func() {
 			runClients(b, f.meter, func(ctx context.Context, _, i int) error {
 				var out struct {
@@ -1008,13 +1041,16 @@ func logP99(b *testing.B, what, sub string, barMillis float64) {
 // logDurability prints what the compared systems promise about an
 // acknowledged write, so that the ratios are read for what they are.
 func (f *appFixture) logDurability(b *testing.B) {
-	var syncCommit, fsync string
+	var syncCommit, fsync, minWAL string
 	if err := f.env.App.Pool().QueryRow(context.Background(),
-		`SELECT current_setting('synchronous_commit'), current_setting('fsync')`).Scan(&syncCommit, &fsync); err != nil {
+		`SELECT current_setting('synchronous_commit'), current_setting('fsync'), current_setting('min_wal_size')`).Scan(&syncCommit, &fsync, &minWAL); err != nil {
 		b.Errorf("read PostgreSQL settings: %v", err)
 		return
 	}
-	fmt.Printf("%s: durability: PostgreSQL synchronous_commit=%s fsync=%s; etcd --unsafe-no-fsync=false\n", b.Name(), syncCommit, fsync)
+	// min_wal_size: the WAL segments storetest preallocates, as a running
+	// server has them from recycling (storetest.preallocateWAL).
+	fmt.Printf("%s: durability: PostgreSQL synchronous_commit=%s fsync=%s (min_wal_size=%s, segments preallocated); etcd --unsafe-no-fsync=false\n",
+		b.Name(), syncCommit, fsync, minWAL)
 }
 
 // BenchmarkGet: read one object by name, 16 clients, round-robin over a
