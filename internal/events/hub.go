@@ -140,7 +140,7 @@ func (h *Hub) load(ctx context.Context) (int, error) {
 		// decoding them. The window starts over after it; a watch that
 		// opens later at an older position reads the database until it
 		// gets there, as one far behind always does (Since).
-		b, err := ReadBounds(ctx, h.db)
+		b, err := readBoundsShared(ctx, h.db)
 		if err != nil || b.Last <= head {
 			return 0, err
 		}
