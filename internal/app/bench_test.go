@@ -147,7 +147,7 @@ func benchOps(b *testing.B, clients int) int { return b.N + warmupOps(clients) }
 
 // drive runs operations from..to-1 on clients goroutines and returns each
 // client's latencies, or nil when one failed (reported with b.Errorf).
-func drive(b *testing.B, ctx context.Context, clients, from, to int, op func(ctx context.Context, client, i int) error) [][]time.Duration {
+func drive(ctx context.Context, b *testing.B, clients, from, to int, op func(ctx context.Context, client, i int) error) [][]time.Duration {
 	per := make([][]time.Duration, clients)
 	var next atomic.Int64
 	next.Store(int64(from))
@@ -190,7 +190,7 @@ func runNClients(b *testing.B, clients int, meter *cpuMeter, op func(ctx context
 	// opening, the Go heap and the database's caches growing, the first
 	// batches forming) are not the steady state the bars are about.
 	warm := warmupOps(clients)
-	if drive(b, ctx, clients, b.N, b.N+warm, op) == nil {
+	if drive(ctx, b, clients, b.N, b.N+warm, op) == nil {
 		return
 	}
 	var self0, ext0 time.Duration
@@ -200,7 +200,7 @@ func runNClients(b *testing.B, clients int, meter *cpuMeter, op func(ctx context
 	stopProfile := profileWindow(b)
 	b.ResetTimer()
 	start := time.Now()
-	per := drive(b, ctx, clients, 0, b.N, op)
+	per := drive(ctx, b, clients, 0, b.N, op)
 	elapsed := time.Since(start)
 	b.StopTimer()
 	stopProfile()
