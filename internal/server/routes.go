@@ -114,6 +114,28 @@ func (t routeTable) allowed(path string) []string {
 	return out
 }
 
+// wrongMethod reports whether routes match path but none takes method:
+// allowed(path) is not empty and lacks method. It runs on every call, so
+// unlike allowed it stops at the first route that takes the call and
+// allocates nothing.
+func (t routeTable) wrongMethod(path, method string) bool {
+	if !strings.HasPrefix(path, "/") {
+		return false
+	}
+	rest := path[1:]
+	matched := false
+	for _, i := range t.bySegments[strings.Count(rest, "/")+1] {
+		r := &t.routes[i]
+		if r.matchPath(rest) {
+			if slices.Contains(r.methods, method) {
+				return false
+			}
+			matched = true
+		}
+	}
+	return matched
+}
+
 // matchPath reports whether path (without its leading '/') has r's
 // segments.
 func (r *route) matchPath(path string) bool {
@@ -157,7 +179,7 @@ func (t routeTable) routingError(w http.ResponseWriter, r *http.Request) {
 // to hear that the route takes POST.
 func (t routeTable) checkMethod(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if methods := t.allowed(r.URL.Path); len(methods) > 0 && !slices.Contains(methods, r.Method) {
+		if t.wrongMethod(r.URL.Path, r.Method) {
 			t.routingError(w, r)
 			return
 		}

@@ -52,5 +52,11 @@ func FuzzRouteTableAllowed(f *testing.F) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("allowed(%q) = %v, the templates as regular expressions say %v", path, got, want)
 		}
+		// The per-call check says what allowed does about each method.
+		for _, m := range []string{"GET", "POST", "PATCH", "PUT", "DELETE", "HEAD", "OPTIONS"} {
+			if got, want := routes.wrongMethod(path, m), len(want) > 0 && !slices.Contains(want, m); got != want {
+				t.Fatalf("wrongMethod(%q, %s) = %v, want %v (allowed: %v)", path, m, got, want, routes.allowed(path))
+			}
+		}
 	})
 }
