@@ -348,6 +348,39 @@ func TestRetentionExpiresOldPositions(t *testing.T) {
 	}
 }
 
+// TestSinceBelowTheFirstPositionIsExpired: retention moves the feed's
+// first position before it deletes the positions below it; a reader far
+// behind in between is told its position expired, as CheckResume tells a
+// watch that starts there, not handed the rows about to go.
+func TestSinceBelowTheFirstPositionIsExpired(t *testing.T) {
+	ctx := context.Background()
+	f := newFeed(t)
+	seq := f.sequencer(events.SequencerConfig{})
+	for i := range 3 {
+		if err := f.db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+			return record(ctx, tx, "teams/x", i)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := seq.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hub := startHub(t, f, events.HubConfig{Keep: 1})
+	// What retention's first step leaves: positions 1 and 2 are gone as
+	// far as the feed says, their rows not yet deleted.
+	if _, err := f.db.Exec(ctx, `UPDATE event_feed SET first_position = 3`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hub.Since(ctx, 0, 10); errs.KindOf(err) != errs.KindOutOfRange {
+		t.Fatalf("reading from position 0 with the feed starting at 3: %v", err)
+	}
+	evs, err := hub.Since(ctx, 2, 10)
+	if err != nil || len(evs) == 0 || evs[0].Position != 3 {
+		t.Fatalf("reading from position 2 (the first one may resume from): %v, %v", evs, err)
+	}
+}
+
 // TestSnapshotSeesUnsequencedEvents: a committed event the sequencer has
 // not reached is part of the snapshot's state, so Snapshot names it and
 // returns the position before it.
