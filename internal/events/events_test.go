@@ -291,23 +291,31 @@ func TestConcurrentWritersNeverSkipped(t *testing.T) {
 
 var errRollback = errors.New("roll back")
 
+// sequencedFeed is a new feed holding n events of resource, each committed
+// on its own, sequenced at positions 1..n.
+func sequencedFeed(t *testing.T, resource string, n int) feed {
+	t.Helper()
+	ctx := context.Background()
+	f := newFeed(t)
+	for i := range n {
+		if err := f.db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
+			return record(ctx, tx, resource, i)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.sequencer(events.SequencerConfig{}).Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // TestRetentionExpiresOldPositions: once positions fall out of retention a
 // resume from before them is EVENTS_EXPIRED (OUT_OF_RANGE), from the
 // newest kept one it works, and one from the future is refused too.
 func TestRetentionExpiresOldPositions(t *testing.T) {
 	ctx := context.Background()
-	f := newFeed(t)
-	seq := f.sequencer(events.SequencerConfig{})
-	for i := range 3 {
-		if err := f.db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
-			return record(ctx, tx, "teams/r", i)
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := seq.Pass(ctx); err != nil {
-		t.Fatal(err)
-	}
+	f := sequencedFeed(t, "teams/r", 3)
 	// Retention of 1h, then a sequencer whose clock says everything is old:
 	// prune directly through a sequencer with a negative retention window.
 	pruner := f.sequencer(events.SequencerConfig{Retention: time.Nanosecond, PruneEvery: 10 * time.Millisecond, Poll: time.Hour})
@@ -354,18 +362,7 @@ func TestRetentionExpiresOldPositions(t *testing.T) {
 // watch that starts there, not handed the rows about to go.
 func TestSinceBelowTheFirstPositionIsExpired(t *testing.T) {
 	ctx := context.Background()
-	f := newFeed(t)
-	seq := f.sequencer(events.SequencerConfig{})
-	for i := range 3 {
-		if err := f.db.InTx(ctx, store.TxOptions{}, func(ctx context.Context, tx *store.Tx) error {
-			return record(ctx, tx, "teams/x", i)
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := seq.Pass(ctx); err != nil {
-		t.Fatal(err)
-	}
+	f := sequencedFeed(t, "teams/x", 3)
 	hub := startHub(t, f, events.HubConfig{Keep: 1})
 	// What retention's first step leaves: positions 1 and 2 are gone as
 	// far as the feed says, their rows not yet deleted.
