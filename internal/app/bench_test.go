@@ -241,7 +241,6 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// logRatio logs num/den against the bar once both benchmarks ran.
 // meanOf records the mean of two runs of the same sub-benchmark (ops/s
 // and CPU per op) under a name of its own, prints both runs, and returns
 // that name: the denominator of ratios whose numerators ran in between.
@@ -266,6 +265,7 @@ func meanOf(b *testing.B, what, first, second string) string {
 	return name
 }
 
+// logRatio logs num/den against the bar once both benchmarks ran.
 func logRatio(b *testing.B, what, num, den string, bar float64) {
 	nv, ok1 := opsPerSec.Load(b.Name() + "/" + num)
 	dv, ok2 := opsPerSec.Load(b.Name() + "/" + den)
@@ -854,24 +854,18 @@ func BenchmarkCreate(b *testing.B) {
 	// validation, etcd write) through client-go's dynamic client. Run
 	// first and again after gpuplane's runs (CRD); the ratios divide by
 	// the mean of the two (meanOf).
-	crdCreates := func(b *testing.B) {
-		k, err := kube()
-		if err != nil {
-			b.Fatalf("envtest: %v", err)
+	crdCreatesAt := func(clients int) func(b *testing.B) {
+		return func(b *testing.B) {
+			k, err := kube()
+			if err != nil {
+				b.Fatalf("envtest: %v", err)
+			}
+			runNClients(b, clients, k.meter, func(ctx context.Context, _, _ int) error {
+				return k.createQueue(ctx, fmt.Sprintf("bench-q%d-%d", clients, seq.Add(1)))
+			})
 		}
-		runClients(b, k.meter, func(ctx context.Context, _, _ int) error {
-			return k.createQueue(ctx, fmt.Sprintf("bench-q-%d", seq.Add(1)))
-		})
 	}
-	crdCreates64 := func(b *testing.B) {
-		k, err := kube()
-		if err != nil {
-			b.Fatalf("envtest: %v", err)
-		}
-		runNClients(b, 64, k.meter, func(ctx context.Context, _, _ int) error {
-			return k.createQueue(ctx, fmt.Sprintf("bench-q64-%d", seq.Add(1)))
-		})
-	}
+	crdCreates, crdCreates64 := crdCreatesAt(benchClients), crdCreatesAt(64)
 	b.Run("CRD_first", crdCreates)
 	b.Run("CRD_64clients_first", crdCreates64)
 

@@ -227,13 +227,9 @@ func (h *Hub) Since(ctx context.Context, position int64, limit int) ([]*Event, e
 	h.mu.RUnlock()
 	// Below the feed's first position is expired even while retention has
 	// not deleted those rows yet (it moves first_position before it
-	// deletes), as CheckResume says at the start of a watch.
-	b, err := ReadBounds(ctx, h.db)
-	if err != nil {
+	// deletes): the rule a watch meets when it starts.
+	if _, err := CheckResume(ctx, h.db, position); err != nil {
 		return nil, err
-	}
-	if position+1 < b.First {
-		return nil, Expired(position, b)
 	}
 	evs, err := Read(ctx, h.db, position, limit)
 	if err != nil {

@@ -164,17 +164,12 @@ func ReadBounds(ctx context.Context, q store.Querier) (Bounds, error) {
 }
 
 // readBoundsShared is ReadBounds outside a transaction as a shared read
-// (store.DB.SendShared): the hub reads the bounds on every wake-up, at
+// (store.DB.QueryRowShared): the hub reads the bounds on every wake-up, at
 // the same moments as other readers, so it rides their round trip.
 func readBoundsShared(ctx context.Context, db *store.DB) (Bounds, error) {
-	var b store.Batch
-	var out Bounds
-	store.QueueOne(&b, &out, boundsSQL, false, func(row pgx.Row) (Bounds, error) {
-		var v Bounds
-		return v, row.Scan(&v.First, &v.Last)
-	}, errors.New("event_feed has no row"))
-	err := db.SendShared(ctx, &b)
-	return out, err
+	var b Bounds
+	err := db.QueryRowShared(ctx, boundsSQL).Scan(&b.First, &b.Last)
+	return b, err
 }
 
 // unsequenced are the audit ids of committed events that have no position

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"iter"
 	"net/http"
 	"regexp"
 	"slices"
@@ -91,22 +92,29 @@ func (t *routeTable) add(r route) {
 	t.routes = append(t.routes, r)
 }
 
+// matching yields the routes whose template path matches.
+func (t routeTable) matching(path string) iter.Seq[*route] {
+	return func(yield func(*route) bool) {
+		if !strings.HasPrefix(path, "/") {
+			return
+		}
+		rest := path[1:]
+		for _, i := range t.bySegments[strings.Count(rest, "/")+1] {
+			if r := &t.routes[i]; r.matchPath(rest) && !yield(r) {
+				return
+			}
+		}
+	}
+}
+
 // allowed lists the methods the route of path answers; nil when no route
 // matches.
 func (t routeTable) allowed(path string) []string {
-	if !strings.HasPrefix(path, "/") {
-		return nil
-	}
-	rest := path[1:]
-	n := strings.Count(rest, "/") + 1
 	var out []string
-	for _, i := range t.bySegments[n] {
-		r := &t.routes[i]
-		if r.matchPath(rest) {
-			for _, m := range r.methods {
-				if !slices.Contains(out, m) {
-					out = append(out, m)
-				}
+	for r := range t.matching(path) {
+		for _, m := range r.methods {
+			if !slices.Contains(out, m) {
+				out = append(out, m)
 			}
 		}
 	}
@@ -117,21 +125,14 @@ func (t routeTable) allowed(path string) []string {
 // wrongMethod reports whether routes match path but none takes method:
 // allowed(path) is not empty and lacks method. It runs on every call, so
 // unlike allowed it stops at the first route that takes the call and
-// allocates nothing.
+// builds no list.
 func (t routeTable) wrongMethod(path, method string) bool {
-	if !strings.HasPrefix(path, "/") {
-		return false
-	}
-	rest := path[1:]
 	matched := false
-	for _, i := range t.bySegments[strings.Count(rest, "/")+1] {
-		r := &t.routes[i]
-		if r.matchPath(rest) {
-			if slices.Contains(r.methods, method) {
-				return false
-			}
-			matched = true
+	for r := range t.matching(path) {
+		if slices.Contains(r.methods, method) {
+			return false
 		}
+		matched = true
 	}
 	return matched
 }

@@ -16,11 +16,12 @@ import (
 // handful of one-row statements per member, each with its own executor
 // start, index updates and trigger calls. A SetWrite is a write that can
 // also be made for many rows in one statement (UPDATE ... FROM
-// unnest(...), INSERT ... SELECT FROM unnest(...)). When every member in that flush queued the same writes
-// in the same order, the flush sends each of them once for all members,
-// after one savepoint; if that fails for any reason, it is undone and the
-// members' own statements are sent as queued, so that a failure is still
-// one member's and is recovered as it would have been.
+// unnest(...), INSERT ... SELECT FROM unnest(...)). When every member in
+// that round trip queued the same writes in the same order, it carries
+// each of them once for all members, after one savepoint; if that fails
+// for any reason, it is undone and the members' own statements are sent
+// as queued, so that a failure is still one member's and is recovered as
+// it would have been.
 //
 // The set statements run in the members' order for each write, one write
 // after the other, so member B's first write runs before member A's

@@ -79,6 +79,35 @@ func (db *DB) SendShared(ctx context.Context, b *Batch) error {
 	}
 }
 
+// QueryRowShared is QueryRow outside a transaction as a shared read
+// (SendShared): the row is read when Scan is called, and no row is
+// pgx.ErrNoRows. For the single-value checks that run on every call or
+// every wake-up.
+func (db *DB) QueryRowShared(ctx context.Context, sql string, args ...any) pgx.Row {
+	return sharedRow{ctx: ctx, db: db, sql: sql, args: args}
+}
+
+type sharedRow struct {
+	ctx  context.Context
+	db   *DB
+	sql  string
+	args []any
+}
+
+func (r sharedRow) Scan(dest ...any) error {
+	var b Batch
+	b.QueueRows(func(rows pgx.Rows) error {
+		if !rows.Next() {
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			return pgx.ErrNoRows
+		}
+		return rows.Scan(dest...)
+	}, r.sql, r.args...)
+	return r.db.SendShared(r.ctx, &b)
+}
+
 // drainShared sends what is queued until the queue is empty.
 func (db *DB) drainShared(ctx context.Context) {
 	for db.sendPending(ctx) {

@@ -208,3 +208,36 @@ func TestSendSharedCallerGivesUp(t *testing.T) {
 		t.Errorf("a call afterwards got (%d, %v), want (9, nil)", w, err)
 	}
 }
+
+// TestQueryRowSharedReadsOneRow: QueryRowShared reads its row when Scan is
+// called, in a pipeline it shares with calls queued at the same time, and
+// no row is pgx.ErrNoRows, as with QueryRow.
+func TestQueryRowSharedReadsOneRow(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	db := store.New(storetest.Pool(t))
+	release := holdSenders(t, ctx, db)
+	results := make(chan error, 2)
+	var a, c int
+	var b string
+	go func() { results <- db.QueryRowShared(ctx, "SELECT $1::int, $2::text", 3, "x").Scan(&a, &b) }()
+	go func() { results <- db.QueryRowShared(ctx, "SELECT 1 WHERE false").Scan(&c) }()
+	waitShared(t, func() bool { return store.SharedPending(db) == 2 }, "both reads queued")
+	pipelines := store.SharedPipelines(db)
+	release()
+	var gotNoRows bool
+	for range 2 {
+		switch err := <-results; {
+		case errors.Is(err, pgx.ErrNoRows):
+			gotNoRows = true
+		case err != nil:
+			t.Fatal(err)
+		}
+	}
+	if a != 3 || b != "x" || !gotNoRows {
+		t.Errorf("read %d, %q (want 3, \"x\"); no row reported as pgx.ErrNoRows: %v", a, b, gotNoRows)
+	}
+	if n := store.SharedPipelines(db) - pipelines; n < 1 {
+		t.Errorf("the two reads went out in %d shared pipelines, want them in one", n)
+	}
+}

@@ -160,17 +160,11 @@ func targets(ctx context.Context, q store.Querier) ([]target, error) {
 
 // anySubscription says whether a subscription exists (dispatch's cheap
 // check before it takes the dispatch row and reads targets). It runs on
-// every wake-up of the feed, so it is a shared read (store.DB.SendShared):
+// every wake-up of the feed, so it is a shared read (store.DB.QueryRowShared):
 // it rides the round trip of whoever reads at the same moment.
 func anySubscription(ctx context.Context, db *store.DB) (bool, error) {
-	var b store.Batch
 	var exists bool
-	store.QueueOne(&b, &exists, `SELECT EXISTS (SELECT 1 FROM webhook_subscriptions)`, false,
-		func(row pgx.Row) (bool, error) {
-			var v bool
-			return v, row.Scan(&v)
-		}, errors.New("EXISTS returned no row"))
-	err := db.SendShared(ctx, &b)
+	err := db.QueryRowShared(ctx, `SELECT EXISTS (SELECT 1 FROM webhook_subscriptions)`).Scan(&exists)
 	return exists, err
 }
 

@@ -314,7 +314,9 @@ func newCluster(ctx context.Context, source, adminDSN string, stop func() error)
 		return nil, err
 	}
 	c := &cluster{source: source, adminDSN: adminDSN, admin: admin, stop: stop}
-	if stop != nil && benchmarking() {
+	// A server this package started (stop is nil for TEST_DATABASE_URL,
+	// someone else's server, whose settings are not ours to change).
+	if started := stop != nil; started && benchmarking() {
 		if err := preallocateWAL(ctx, admin); err != nil {
 			admin.Close()
 			return nil, fmt.Errorf("preallocate WAL segments: %w", err)
