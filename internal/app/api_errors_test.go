@@ -248,6 +248,7 @@ func TestValidation(t *testing.T) {
 		{"audit filter bad time", listAudit(&pb.ListAuditEventsRequest{Filter: `time >= "yesterday"`}), "INVALID_FILTER", []string{"filter"}},
 		{"audit filter unknown field", listAudit(&pb.ListAuditEventsRequest{Filter: `who = "bob"`}), "INVALID_FILTER", []string{"filter"}},
 		{"audit filter operator", listAudit(&pb.ListAuditEventsRequest{Filter: `actor > "bob"`}), "INVALID_FILTER", []string{"filter"}},
+		{"audit filter resource uid", listAudit(&pb.ListAuditEventsRequest{Filter: `resource_uid = "teams/team-a"`}), "INVALID_FILTER", []string{"filter"}},
 		// Members.
 		{"member without user or group", member("teams/team-a", "", &pb.Member{Role: pb.TeamRole_VIEWER}), "", []string{"member.user"}},
 		{"member with empty user", member("teams/team-a", "", user("  ", pb.TeamRole_VIEWER)), "", []string{"member.user"}},

@@ -76,12 +76,22 @@ func TestVirtualClusterIDReuseKeepsOtherTeamsHistory(t *testing.T) {
 		_, err := e.Requests.CreateRequest(e.As(t, "alice"), &pb.CreateRequestRequest{Request: wfSmallVC(team, "reused")})
 		wfExpect(t, err, codes.AlreadyExists, "ALREADY_EXISTS")
 	}
-	// The events of each incarnation carry its uid.
+	// The events of each incarnation carry its uid, and filtering by it
+	// lists them all.
 	for _, vc := range []*pb.VirtualCluster{old, taken} {
+		var byName []string
 		for _, ev := range apiListAudit(t, e, "alice", `resource = "`+vc.GetName()+`"`) {
 			if ev.GetResourceUid() != vc.GetUid() {
 				t.Errorf("%s event %s of %s has resource_uid %q, want %q", ev.GetAction(), ev.GetName(), vc.GetName(), ev.GetResourceUid(), vc.GetUid())
 			}
+			byName = append(byName, ev.GetName())
+		}
+		var byUID []string
+		for _, ev := range apiListAudit(t, e, "alice", `resource_uid = "`+vc.GetUid()+`"`) {
+			byUID = append(byUID, ev.GetName())
+		}
+		if len(byUID) == 0 || !slices.Equal(byUID, byName) {
+			t.Errorf("resource_uid = %s lists %v; resource = %s lists %v", vc.GetUid(), byUID, vc.GetName(), byName)
 		}
 	}
 }

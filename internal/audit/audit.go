@@ -178,7 +178,7 @@ var eventFilter = filter.Schema{
 	"department":   {Column: "department_id", Type: filter.String, Strip: "departments/"},
 	"time":         {Column: "time", Type: filter.Timestamp},
 	"request_id":   {Column: "request_id", Type: filter.String},
-	"resource_uid": {Column: "COALESCE(resource_uid::text, '')", Type: filter.String},
+	"resource_uid": {Column: "resource_uid", Type: filter.UUID},
 }
 
 // FirstPage is the Before of the first page of List.

@@ -188,10 +188,10 @@ type ListAuditEventsRequest struct {
 	// The next_page_token of the previous page.
 	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Fields: resource (exact, or a prefix ending in "*": "teams/team-a*"),
-	// resource_uid, actor, action, team, department, time (with >=, <, etc.
-	// and an RFC 3339 value). Team members read the events of their team's
-	// current incarnation only, department admins those of their
-	// department's. Example:
+	// resource_uid (a UUID: one incarnation's events), actor, action, team,
+	// department, time (with >=, <, etc. and an RFC 3339 value). Team
+	// members read the events of their team's current incarnation only,
+	// department admins those of their department's. Example:
 	//
 	//	resource = "teams/team-a*" AND time >= "2026-01-01T00:00:00Z"
 	Filter        string `protobuf:"bytes,3,opt,name=filter,proto3" json:"filter,omitempty"`

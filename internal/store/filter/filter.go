@@ -11,7 +11,8 @@
 //
 // Comparisons follow SQL NULL semantics: a NULL column matches neither = nor
 // !=. Where that matters, make Column an expression such as
-// "COALESCE(t.x, 'none')".
+// "COALESCE(t.x, 'none')" (which no index on t.x serves). UUID fields are
+// the exception: their != is IS DISTINCT FROM, so a NULL matches it.
 package filter
 
 import (
@@ -40,6 +41,11 @@ const (
 	Enum                  // arg is a string from Field.Enum
 	Timestamp             // arg is a time.Time; also allows < <= > >=
 	Bool                  // arg is a bool
+	// UUID: the value is a UUID in its canonical form (8-4-4-4-12 hex
+	// digits), sent as text and cast to uuid, so that = compares the
+	// column as it is and an index on it serves. A NULL column is no
+	// UUID: it matches != (IS DISTINCT FROM), not =.
+	UUID
 )
 
 func (t Type) String() string {
@@ -52,6 +58,8 @@ func (t Type) String() string {
 		return "timestamp"
 	case Bool:
 		return "bool"
+	case UUID:
+		return "uuid"
 	}
 	return "Type(" + strconv.Itoa(int(t)) + ")"
 }
@@ -460,8 +468,38 @@ func (p *parser) compare(name string, f Field, op string, vt token) (string, err
 			return "", invalid("invalid value %q for field %q at position %d; allowed values: true, false", v, name, pos)
 		}
 		return f.Column + " " + sqlOps[op] + " " + p.placeholder(v == "true"), nil
+	case UUID:
+		if !isUUID(v) {
+			return "", invalid(`invalid UUID %q for field %q at position %d; use the 8-4-4-4-12 hex form, e.g. "4b1f2c8e-9d3a-4e5f-8a7b-6c5d4e3f2a1b"`,
+				v, name, pos)
+		}
+		if op == "!=" {
+			return f.Column + " IS DISTINCT FROM " + p.placeholder(strings.ToLower(v)) + "::uuid", nil
+		}
+		return f.Column + " = " + p.placeholder(strings.ToLower(v)) + "::uuid", nil
 	}
 	return "", errs.New(errs.KindUnknown, errs.ReasonInternal, "filter: field %q has unsupported type %s", name, f.Type)
+}
+
+// isUUID reports whether v is a UUID in its canonical text form.
+func isUUID(v string) bool {
+	if len(v) != 36 {
+		return false
+	}
+	for i := range len(v) {
+		c := v[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // likeEscaper makes a string match literally under LIKE ... ESCAPE '\'.

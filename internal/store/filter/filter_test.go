@@ -17,6 +17,7 @@ var testSchema = Schema{
 	"name":           {Column: "t.display_name", Type: String},
 	"time":           {Column: "a.created_at", Type: Timestamp},
 	"active":         {Column: "t.active", Type: Bool},
+	"uid":            {Column: "t.uid", Type: UUID},
 }
 
 func ts(s string) time.Time {
@@ -50,6 +51,15 @@ func TestCompile(t *testing.T) {
 			sql:  "(t.department_id = $4 AND t.active = $5 AND t.display_name <> $6)", args: []any{"research", true, "x"},
 		},
 		{name: "bool false", expr: "active = false", sql: "t.active = $1", args: []any{false}},
+		{
+			name: "uuid", expr: "uid = 4b1f2c8e-9d3a-4e5f-8a7b-6c5d4e3f2a1b",
+			sql: "t.uid = $1::uuid", args: []any{"4b1f2c8e-9d3a-4e5f-8a7b-6c5d4e3f2a1b"},
+		},
+		{
+			// Upper case is the same UUID; NULL (no UUID) is not it.
+			name: "uuid not equal", expr: `uid != "4B1F2C8E-9D3A-4E5F-8A7B-6C5D4E3F2A1B"`,
+			sql: "t.uid IS DISTINCT FROM $1::uuid", args: []any{"4b1f2c8e-9d3a-4e5f-8a7b-6c5d4e3f2a1b"},
+		},
 		{name: "bool quoted", expr: `active != "true"`, sql: "t.active <> $1", args: []any{true}},
 		{name: "escapes", expr: `name = "say \"hi\" C:\\dir"`, sql: "t.display_name = $1", args: []any{`say "hi" C:\dir`}},
 		{name: "unicode value", expr: `name = "Ünïcödé ✓"`, sql: "t.display_name = $1", args: []any{"Ünïcödé ✓"}},
@@ -120,7 +130,7 @@ func TestCompileErrors(t *testing.T) {
 		{name: "too long", expr: `name = "` + strings.Repeat("a", MaxLength-8) + `"`, want: "filter is 2049 bytes long; the maximum is 2048"},
 		{name: "invalid utf8", expr: "name = \"\xff\"", want: "not valid UTF-8"},
 		{name: "NUL", expr: "name = \"a\x00\"", want: "NUL character at position 10"},
-		{name: "unknown field", expr: "color = red", want: `unknown field "color" at position 1; allowed fields: active, department, isolation_tier, name, resource, team, time`},
+		{name: "unknown field", expr: "color = red", want: `unknown field "color" at position 1; allowed fields: active, department, isolation_tier, name, resource, team, time, uid`},
 		{name: "column name is not a field", expr: "department_id = x", want: `unknown field "department_id"`},
 		{name: "dotted column is not a field", expr: "t.name = x", want: `unknown field "t.name"`},
 		{name: "empty schema", expr: "a = b", schema: Schema{}, want: "this list cannot be filtered"},
@@ -132,6 +142,13 @@ func TestCompileErrors(t *testing.T) {
 		{name: "ordering on string", expr: "name < b", want: `operator "<" at position 6 is not supported for string field "name"; use = or !=`},
 		{name: "ordering on enum", expr: "isolation_tier >= SHARED", want: `operator ">=" at position 16 is not supported for enum field`},
 		{name: "ordering on bool", expr: "active > false", want: `not supported for bool field`},
+		{name: "ordering on uuid", expr: "uid <= 4b1f2c8e-9d3a-4e5f-8a7b-6c5d4e3f2a1b", want: `not supported for uuid field "uid"`},
+		{
+			name: "bad uuid", expr: `uid = "teams/a"`,
+			want: `invalid UUID "teams/a" for field "uid" at position 7; use the 8-4-4-4-12 hex form`,
+		},
+		{name: "uuid without dashes", expr: "uid = 4b1f2c8e9d3a4e5f8a7b6c5d4e3f2a1b", want: `invalid UUID "4b1f2c8e9d3a4e5f8a7b6c5d4e3f2a1b"`},
+		{name: "uuid not hex", expr: "uid = 4b1f2c8e-9d3a-4e5f-8a7b-6c5d4e3f2a1g", want: `invalid UUID`},
 		{name: "unterminated string", expr: `name = "abc`, want: "unterminated string starting at position 8"},
 		{name: "unterminated after escape", expr: `name = "abc\`, want: "unterminated string starting at position 8"},
 		{name: "unterminated escaped quote", expr: `name = "abc\"`, want: "unterminated string starting at position 8"},

@@ -19,11 +19,12 @@ var fuzzSchema = Schema{
 	"e":   {Column: "t.e", Type: Enum, Enum: []string{"A", "B_C"}},
 	"ts":  {Column: "t.ts", Type: Timestamp},
 	"b":   {Column: "t.b", Type: Bool},
+	"u":   {Column: "t.u", Type: UUID},
 }
 
 // termPattern is every shape a compiled comparison may take: a schema
 // column, an operator and a placeholder, nothing from the filter text.
-var termPattern = regexp.MustCompile(`^(\S+) (=|<>|<|<=|>|>=|LIKE|NOT LIKE) \$(\d+)( ESCAPE '\\')?$`)
+var termPattern = regexp.MustCompile(`^(\S+) (=|<>|<|<=|>|>=|LIKE|NOT LIKE|IS DISTINCT FROM) \$(\d+)( ESCAPE '\\'|::uuid)?$`)
 
 // FuzzCompile checks, for any filter text and first placeholder number:
 //   - Compile never panics;
@@ -53,6 +54,9 @@ func FuzzCompile(f *testing.F) {
 		`e = Z`,
 		"s = \"\xff\"",
 		`s = "ü" AND sp = "ü*"`,
+		`u = 4b1f2c8e-9d3a-4e5f-8a7b-6c5d4e3f2a1b AND u != "4B1F2C8E-9D3A-4E5F-8A7B-6C5D4E3F2A1B"`,
+		`u = "4b1f2c8e9d3a4e5f8a7b6c5d4e3f2a1b"`,
+		`u < 4b1f2c8e-9d3a-4e5f-8a7b-6c5d4e3f2a1b`,
 	} {
 		f.Add(s, uint8(0))
 	}
@@ -125,8 +129,14 @@ func decompile(t *testing.T, expr, sql string, args []any, firstArg int, columns
 			t.Fatalf("Compile(%q): placeholder $%s in term %d, want $%d", expr, m[3], i, firstArg+i)
 		}
 		like := strings.HasSuffix(m[2], "LIKE")
-		if like != (m[4] != "") {
+		if like != (m[4] == ` ESCAPE '\'`) {
 			t.Fatalf("Compile(%q): term %q: ESCAPE belongs to LIKE only", expr, term)
+		}
+		if isUUIDField := fuzzSchema[name].Type == UUID; isUUIDField != (m[4] == "::uuid") {
+			t.Fatalf("Compile(%q): term %q: a uuid cast belongs to uuid fields only", expr, term)
+		}
+		if (m[2] == "IS DISTINCT FROM") != (fuzzSchema[name].Type == UUID && m[2] != "=") {
+			t.Fatalf("Compile(%q): term %q: IS DISTINCT FROM is a uuid field's != only", expr, term)
 		}
 		out = append(out, name+" "+filterOp(m[2])+" "+filterValue(t, expr, fuzzSchema[name], like, args[i]))
 	}
@@ -135,7 +145,7 @@ func decompile(t *testing.T, expr, sql string, args []any, firstArg int, columns
 
 func filterOp(sqlOp string) string {
 	switch sqlOp {
-	case "<>", "NOT LIKE":
+	case "<>", "NOT LIKE", "IS DISTINCT FROM":
 		return "!="
 	case "LIKE":
 		return "="
@@ -175,6 +185,12 @@ func filterValue(t *testing.T, expr string, f Field, like bool, arg any) string 
 			t.Fatalf("Compile(%q): bool argument %T", expr, arg)
 		}
 		v = strconv.FormatBool(b)
+	case UUID:
+		u, ok := arg.(string)
+		if !ok || !isUUID(u) || u != strings.ToLower(u) {
+			t.Fatalf("Compile(%q): uuid argument %#v is not a lower-case canonical UUID", expr, arg)
+		}
+		v = u
 	default:
 		t.Fatalf("unknown field type %v", f.Type)
 	}

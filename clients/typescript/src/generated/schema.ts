@@ -1978,10 +1978,10 @@ export interface operations {
                 pageToken?: string;
                 /**
                  * @description Fields: resource (exact, or a prefix ending in "*": "teams/team-a*"),
-                 *     resourceUid, actor, action, team, department, time (with >=, <, etc.
-                 *     and an RFC 3339 value). Team members read the events of their team's
-                 *     current incarnation only, department admins those of their
-                 *     department's. Example:
+                 *     resourceUid (a UUID: one incarnation's events), actor, action, team,
+                 *     department, time (with >=, <, etc. and an RFC 3339 value). Team
+                 *     members read the events of their team's current incarnation only,
+                 *     department admins those of their department's. Example:
                  *       resource = "teams/team-a*" AND time >= "2026-01-01T00:00:00Z"
                  */
                 filter?: string;
