@@ -24,6 +24,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
+
 	"github.com/gpuplane/gpuplane/internal/errs"
 )
 
@@ -473,34 +475,19 @@ func (p *parser) compare(name string, f Field, op string, vt token) (string, err
 			return "", invalid(`invalid UUID %q for field %q at position %d; use the 8-4-4-4-12 hex form, e.g. "4b1f2c8e-9d3a-4e5f-8a7b-6c5d4e3f2a1b"`,
 				v, name, pos)
 		}
+		cmp := " = "
 		if op == "!=" {
-			return f.Column + " IS DISTINCT FROM " + p.placeholder(strings.ToLower(v)) + "::uuid", nil
+			cmp = " IS DISTINCT FROM "
 		}
-		return f.Column + " = " + p.placeholder(strings.ToLower(v)) + "::uuid", nil
+		return f.Column + cmp + p.placeholder(strings.ToLower(v)) + "::uuid", nil
 	}
 	return "", errs.New(errs.KindUnknown, errs.ReasonInternal, "filter: field %q has unsupported type %s", name, f.Type)
 }
 
-// isUUID reports whether v is a UUID in its canonical text form.
-func isUUID(v string) bool {
-	if len(v) != 36 {
-		return false
-	}
-	for i := range len(v) {
-		c := v[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
-}
+// isUUID reports whether v is a UUID in its canonical text form (uuid
+// also takes the braced, urn: and undashed forms, which are 38, 45 and 32
+// characters long).
+func isUUID(v string) bool { return len(v) == 36 && uuid.Validate(v) == nil }
 
 // likeEscaper makes a string match literally under LIKE ... ESCAPE '\'.
 var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)

@@ -132,10 +132,11 @@ func decompile(t *testing.T, expr, sql string, args []any, firstArg int, columns
 		if like != (m[4] == ` ESCAPE '\'`) {
 			t.Fatalf("Compile(%q): term %q: ESCAPE belongs to LIKE only", expr, term)
 		}
-		if isUUIDField := fuzzSchema[name].Type == UUID; isUUIDField != (m[4] == "::uuid") {
+		uuidField := fuzzSchema[name].Type == UUID
+		if uuidField != (m[4] == "::uuid") {
 			t.Fatalf("Compile(%q): term %q: a uuid cast belongs to uuid fields only", expr, term)
 		}
-		if (m[2] == "IS DISTINCT FROM") != (fuzzSchema[name].Type == UUID && m[2] != "=") {
+		if (m[2] == "IS DISTINCT FROM") != (uuidField && m[2] != "=") {
 			t.Fatalf("Compile(%q): term %q: IS DISTINCT FROM is a uuid field's != only", expr, term)
 		}
 		out = append(out, name+" "+filterOp(m[2])+" "+filterValue(t, expr, fuzzSchema[name], like, args[i]))
